@@ -1,0 +1,24 @@
+"""Evaluation of candidate kernels: the protocol of DESIGN.md, in one entry point.
+
+``Evaluator(reference, platform).evaluate(source) -> EvalResult``. Knows
+nothing of Ray, SQLite or LLMs.
+"""
+
+from fitness.compare import CutoffError
+from fitness.evaluator import DEFAULT_MAX_ABS_DIFF, EvalSettings, Evaluator
+from fitness.problem import ProblemError, load_problem, shape_knobs
+from fitness.result import EvalResult, Status
+from fitness.screen import screen
+
+__all__ = [
+    "DEFAULT_MAX_ABS_DIFF",
+    "CutoffError",
+    "EvalResult",
+    "EvalSettings",
+    "Evaluator",
+    "ProblemError",
+    "Status",
+    "load_problem",
+    "screen",
+    "shape_knobs",
+]

@@ -1,0 +1,312 @@
+"""The evaluation protocol: one synchronous entry point.
+
+``Evaluator(reference, platform, ...)`` prepares a problem once (reference
+outputs on fixed inputs, the cutoff check, the reference's runtime) and then
+``evaluate(source)`` returns the verdict on one candidate. The candidate runs
+in a sandboxed worker (``fitness.sandbox``); its outputs come back as raw
+tensors and are judged here, in the process that holds the references.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import random
+import secrets
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from fitness.compare import CutoffError, check_cutoff, compare
+from fitness.problem import (
+    Problem,
+    ProblemError,
+    build_model,
+    declared_cutoff,
+    held_out_shapes,
+    load_problem,
+    make_inputs,
+)
+from fitness.result import EvalResult, Status
+from fitness.sandbox import WorkerGone, WorkerProcess
+from fitness.screen import screen
+from platforms import Platform, TimingSettings, get_platform
+
+log = logging.getLogger(__name__)
+
+#: KernelBench's tolerance: the cutoff when neither the caller nor the problem names one.
+DEFAULT_MAX_ABS_DIFF = 1e-2
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSettings:
+    """How thoroughly a candidate is checked and timed. Defaults are the protocol."""
+
+    fixed_seeds: tuple[int, ...] = (101, 102)  # the same inputs for every candidate
+    fresh_inputs: int = 1  # secret random input sets per shape, new for every candidate
+    init_seed: int = 42  # seeds weights before Model and before ModelNew
+    timing: TimingSettings | None = None  # None: the platform's default
+    timed_checks: int = 3  # random timed runs whose outputs are checked, besides the last
+    timeout_s: float = 300.0  # per step (import, one call, one timing window)
+    startup_timeout_s: float = 180.0
+    memory_limit_bytes: int = 0  # address-space cap of a CPU worker; 0: none
+    screen: bool = True  # static screen (the runtime defences stay on regardless)
+
+
+@dataclasses.dataclass
+class _Variant:
+    shapes: dict[str, int]
+    problem: Problem
+    model: Any
+    references: dict[int, list]  # seed -> reference outputs (CPU)
+    output_bytes: list[int]
+
+
+class Evaluator:
+    """Judges candidates for one problem on one platform.
+
+    >>> ev = Evaluator("problems/elementwise/reference.py", platform="cpu",
+    ...                shapes={"batch_size": 4, "dim": 64})  # doctest: +SKIP
+    >>> ev.evaluate(open("problems/elementwise/seed.py").read()).status  # doctest: +SKIP
+    <Status.ACCEPTED: 'accepted'>
+    """
+
+    def __init__(
+        self,
+        reference: str | Path,
+        platform: str | Platform = "auto",
+        shapes: dict[str, int] | None = None,
+        max_abs_diff: float | None = None,
+        held_out: list[dict[str, int]] | None = None,
+        settings: EvalSettings | None = None,
+    ) -> None:
+        self.reference_path = Path(reference).resolve()
+        if not self.reference_path.is_file():
+            raise ProblemError(f"reference file not found: {self.reference_path}")
+        self.platform = get_platform(platform) if isinstance(platform, str) else platform
+        self.settings = settings or EvalSettings()
+        self.timing = self.settings.timing or self.platform.timing
+        self.shapes = dict(shapes or {})
+        declared = declared_cutoff(self.reference_path)
+        self.cutoff = float(max_abs_diff if max_abs_diff is not None else declared if declared is not None else DEFAULT_MAX_ABS_DIFF)
+        self._worker: WorkerProcess | None = None
+        self._reference_ms: float | None = None
+        self.device = self.platform.device()
+        self.main = self._prepare(self.shapes, required=True)
+        self._check_cutoff(self.main)
+        if held_out is None:
+            held_out = held_out_shapes(self.reference_path, self.shapes)
+        self.held_out: list[_Variant] = []
+        for extra in held_out:
+            variant = self._prepare({**self.shapes, **extra}, required=False)
+            if variant is not None:
+                self.held_out.append(variant)
+        self.notes: list[str] = []
+
+    # -- the reference side ------------------------------------------------------
+
+    def _reference_outputs(self, variant_problem: Problem, model: Any, seed: int) -> list:
+        import torch
+
+        inputs = make_inputs(variant_problem, seed, self.device)
+        with torch.no_grad():
+            out = model(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
+        self.platform.synchronize()
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        return [o.detach().cpu() for o in outs], [x.cpu() if isinstance(x, torch.Tensor) else x for x in inputs]
+
+    def _prepare(self, shapes: dict[str, int], required: bool) -> _Variant | None:
+        try:
+            problem = load_problem(self.reference_path, shapes)
+            model = build_model(problem.Model, problem, self.settings.init_seed, self.device)
+            references = {}
+            for seed in self.settings.fixed_seeds:
+                references[seed], _ = self._reference_outputs(problem, model, seed)
+        except ProblemError:
+            if required:
+                raise
+            log.warning("held-out shapes %s: the problem itself fails there; skipped", shapes)
+            return None
+        except Exception as exc:  # the reference is user input
+            if required:
+                raise ProblemError(
+                    f"the reference {self.reference_path} fails at shapes {shapes or 'as written'}: "
+                    f"{type(exc).__name__}: {exc}"
+                ) from None
+            log.warning("held-out shapes %s: the reference fails there (%s); skipped", shapes, exc)
+            return None
+        sizes = [o.numel() * o.element_size() for o in next(iter(references.values()))]
+        return _Variant(shapes, problem, model, references, sizes)
+
+    def _check_cutoff(self, variant: _Variant) -> None:
+        for seed in self.settings.fixed_seeds:
+            outputs, inputs = self._reference_outputs(variant.problem, variant.model, seed)
+            check_cutoff(outputs, inputs, self.cutoff)
+
+    def reference_ms(self) -> float:
+        """Median runtime of the reference (eager PyTorch) at the main shapes."""
+        if self._reference_ms is None:
+            import torch
+
+            inputs = [make_inputs(self.main.problem, s, self.device) for s in self.settings.fixed_seeds]
+
+            def prepare(i: int) -> list:
+                return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs[i % len(inputs)]]
+
+            def run(_i: int, args: list) -> None:
+                with torch.no_grad():
+                    self.main.model(*args)
+
+            self._reference_ms = self.platform.time_runs(run, self.timing, prepare).median_ms
+        return self._reference_ms
+
+    # -- the candidate side ------------------------------------------------------
+
+    def _get_worker(self) -> WorkerProcess:
+        if self._worker is None or not self._worker.alive():
+            if self._worker is not None:
+                self._worker.close()
+            index = getattr(self.platform, "index", 0)
+            self._worker = WorkerProcess(
+                self.platform.name, index, dict(self.platform.worker_env),
+                self.settings.startup_timeout_s, self.settings.memory_limit_bytes,
+            )
+        return self._worker
+
+    def _discard_worker(self) -> None:
+        if self._worker is not None:
+            self._worker.kill()
+            self._worker.close()
+            self._worker = None
+
+    def _step(self, message: dict[str, Any]) -> tuple[dict[str, Any], list]:
+        worker = self._get_worker()
+        try:
+            reply, tensors = worker.request(message, self.settings.timeout_s)
+        except WorkerGone:
+            self._discard_worker()
+            raise
+        if reply.get("fatal"):
+            self._discard_worker()
+        return reply, tensors
+
+    def evaluate(self, source: str) -> EvalResult:
+        """The verdict on candidate ``source`` (the text of a ModelNew file)."""
+        base = dict(platform=self.platform.name, device_name=self._device_name())
+        if self.settings.screen:
+            verdict = screen(source)
+            if not verdict.ok:
+                return EvalResult(Status(verdict.status), verdict.reason, **base)
+        try:
+            return self._evaluate(source, base)
+        except WorkerGone as gone:
+            return EvalResult(Status(gone.status), gone.reason, **base)
+
+    def _device_name(self) -> str:
+        return self._worker.device_name if self._worker else self.platform.device_name()
+
+    def _evaluate(self, source: str, base: dict[str, Any]) -> EvalResult:
+        checks, worst = 0, 0.0
+        for variant in [self.main, *self.held_out]:
+            reply, _ = self._step({"step": "load", "source": source, "problem": str(self.reference_path),
+                                   "shapes": variant.shapes, "init_seed": self.settings.init_seed})
+            if not reply["ok"]:
+                return EvalResult(Status(reply["status"]), reply["reason"], **base)
+            fresh = [secrets.randbelow(2**31 - 1) for _ in range(self.settings.fresh_inputs)]
+            for seed in [*self.settings.fixed_seeds, *fresh]:
+                refs = variant.references.get(seed)
+                if refs is None:
+                    refs, _ = self._reference_outputs(variant.problem, variant.model, seed)
+                reply, outputs = self._step({"step": "call", "seed": seed, "poison": variant.output_bytes})
+                if not reply["ok"]:
+                    return EvalResult(Status(reply["status"]), reply["reason"], **base)
+                verdict = compare(outputs, refs, self.cutoff)
+                where = _where(variant, self.main, seed in self.settings.fixed_seeds)
+                if verdict.status != "accepted":
+                    return EvalResult(Status(verdict.status), f"{where}: {verdict.reason}",
+                                      max_abs_diff=verdict.max_abs_diff, checks=checks, **base)
+                checks += 1
+                worst = max(worst, verdict.max_abs_diff)
+        return self._time(source, base, checks, worst)
+
+    def _time(self, source: str, base: dict[str, Any], checks: int, worst: float) -> EvalResult:
+        reply, _ = self._step({"step": "load", "source": source, "problem": str(self.reference_path),
+                               "shapes": self.main.shapes, "init_seed": self.settings.init_seed})
+        if not reply["ok"]:
+            return EvalResult(Status(reply["status"]), reply["reason"], **base)
+        rng = random.Random(secrets.randbits(64))
+        check_runs = sorted(rng.sample(range(self.timing.min_runs), min(self.settings.timed_checks, self.timing.min_runs)))
+        started = time.monotonic()
+        reply, outputs = self._step({"step": "time", "seeds": list(self.settings.fixed_seeds),
+                                     "check_runs": check_runs, "poison": self.main.output_bytes,
+                                     "timing": dataclasses.asdict(self.timing)})
+        wall_s = time.monotonic() - started
+        if not reply["ok"]:
+            return EvalResult(Status(reply["status"]), f"while timing: {reply['reason']}", **base)
+        offset = 0
+        for run_index, seed, n_outputs in reply["checked"]:
+            verdict = compare(outputs[offset: offset + n_outputs], self.main.references[seed], self.cutoff)
+            offset += n_outputs
+            if verdict.status != "accepted":
+                return EvalResult(Status(verdict.status), f"timed run {run_index}: {verdict.reason}",
+                                  max_abs_diff=verdict.max_abs_diff, checks=checks, **base)
+            checks += 1
+            worst = max(worst, verdict.max_abs_diff)
+        runs, walls = reply["runs_ms"], reply["wall_ms"]
+        problem = _timer_disagrees(runs, walls, wall_s)
+        if problem:
+            self._discard_worker()
+            return EvalResult(Status.FORBIDDEN, problem, max_abs_diff=worst, checks=checks, **base)
+        median = statistics.median(runs)
+        spread = _spread(runs)
+        return EvalResult(Status.ACCEPTED, "", max_abs_diff=worst, runtime_ms=median,
+                          runtime_spread=spread, reference_ms=self.reference_ms(), checks=checks, **base)
+
+    def close(self) -> None:
+        """Stop the worker."""
+        self._discard_worker()
+
+    def __enter__(self) -> "Evaluator":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _where(variant: _Variant, main: _Variant, fixed: bool) -> str:
+    kind = "fixed" if fixed else "fresh"
+    if variant is main:
+        return f"{kind} inputs"
+    shapes = ", ".join(f"{k}={v}" for k, v in variant.shapes.items())
+    return f"{kind} inputs at held-out shapes {shapes}"
+
+
+def _spread(runs: list[float]) -> float:
+    ordered = sorted(runs)
+    median = statistics.median(ordered)
+    lo = ordered[int(0.1 * (len(ordered) - 1))]
+    hi = ordered[int(round(0.9 * (len(ordered) - 1)))]
+    return (hi - lo) / median if median > 0 else 0.0
+
+
+def _timer_disagrees(runs: list[float], walls: list[float], step_wall_s: float) -> str:
+    """Reason to distrust the timings, or ``""``.
+
+    Each timed run is bracketed by a wall clock read outside the candidate's
+    reach: a device timer cannot report more than the wall time around it, nor
+    much less (runs synchronise the device, so the wall time is the kernel's
+    plus a launch and a synchronisation).
+    """
+    if not runs or len(runs) != len(walls):
+        return "the worker returned no timings"
+    if any(not (r >= 0) for r in runs):
+        return "the timer reported a negative or NaN time"
+    if sum(runs) > step_wall_s * 1e3 * 1.05 + 1.0:
+        return "the timer reported more time than passed on the wall clock"
+    med_run, med_wall = statistics.median(runs), statistics.median(walls)
+    if med_run > med_wall * 1.10 + 0.05:
+        return f"the timer ({med_run:.4g} ms) disagrees with the wall clock ({med_wall:.4g} ms)"
+    if med_run < 0.5 * med_wall - 0.1:
+        return f"the timer ({med_run:.4g} ms) disagrees with the wall clock ({med_wall:.4g} ms)"
+    return ""

@@ -1,0 +1,207 @@
+"""Loading a problem in KernelBench's format, with its shape knobs overridden.
+
+A problem file defines ``Model``, ``get_inputs()`` and ``get_init_inputs()``;
+its module-level integer constants are the shape knobs. An override rewrites
+the constant's assignment in the source before any of the module runs, so
+constants derived from it (``bias_shape = (out_features,)``) follow.
+
+Optional module-level names kevo reads: ``MAX_ABS_DIFF`` (the problem's
+cutoff) and ``HELD_OUT_SHAPES`` (a list of override dicts).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import types
+from pathlib import Path
+from typing import Any
+
+# Constants below this are left alone when kevo derives a held-out shape on
+# its own: they are usually structural (``dim = 1``, ``kernel_size = 3``).
+_MIN_PERTURBED = 8
+
+
+class ProblemError(ValueError):
+    """The problem file or a shape override is unusable; the message says why."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ShapeKnob:
+    name: str
+    value: int
+    line: int
+
+
+def _parse(path: Path) -> tuple[str, ast.Module]:
+    try:
+        source = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ProblemError(f"cannot read problem file {path}: {exc.strerror}") from None
+    try:
+        return source, ast.parse(source, filename=str(path))
+    except SyntaxError as exc:
+        raise ProblemError(f"problem file {path} does not parse: line {exc.lineno}: {exc.msg}") from None
+
+
+def _knob_assignments(tree: ast.Module) -> dict[str, ast.Assign]:
+    knobs: dict[str, ast.Assign] = {}
+    for node in tree.body:
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and isinstance(node.value, ast.Constant)
+            and type(node.value.value) is int
+        ):
+            knobs[node.targets[0].id] = node
+    return knobs
+
+
+def shape_knobs(path: str | Path) -> list[ShapeKnob]:
+    """The module-level integer constants of a problem file, in file order."""
+    _, tree = _parse(Path(path))
+    return [
+        ShapeKnob(name, node.value.value, node.lineno)
+        for name, node in _knob_assignments(tree).items()
+    ]
+
+
+def _literal(tree: ast.Module, name: str) -> Any:
+    for node in tree.body:
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and node.targets[0].id == name
+        ):
+            try:
+                return ast.literal_eval(node.value)
+            except ValueError:
+                raise ProblemError(f"{name} must be a literal in the problem file") from None
+    return None
+
+
+@dataclasses.dataclass
+class Problem:
+    """A problem module built for one set of shape overrides."""
+
+    path: Path
+    shapes: dict[str, int]
+    module: types.ModuleType
+
+    @property
+    def Model(self) -> type:
+        return self.module.Model
+
+    def get_inputs(self) -> list[Any]:
+        return list(self.module.get_inputs())
+
+    def get_init_inputs(self) -> list[Any]:
+        return list(self.module.get_init_inputs())
+
+
+def load_problem(path: str | Path, shapes: dict[str, int] | None = None) -> Problem:
+    """Build the problem module at ``path`` with ``shapes`` overriding its knobs.
+
+    >>> p = load_problem("problems/softmax/reference.py", {"batch_size": 4, "dim": 100})
+    >>> p.module.dim
+    100
+    """
+    path = Path(path)
+    shapes = dict(shapes or {})
+    _source, tree = _parse(path)
+    knobs = _knob_assignments(tree)
+    for name, value in shapes.items():
+        if name not in knobs:
+            known = ", ".join(knobs) or "none"
+            raise ProblemError(
+                f"--shape {name}: {path} has no module-level integer constant {name!r} "
+                f"(its shape constants: {known})"
+            )
+        if type(value) is not int:
+            raise ProblemError(f"--shape {name}={value!r}: shape values must be integers")
+        knobs[name].value = ast.Constant(value)
+    ast.fix_missing_locations(tree)
+    module = types.ModuleType(f"kevo_problem_{path.stem}")
+    module.__file__ = str(path)
+    try:
+        exec(compile(tree, str(path), "exec"), module.__dict__)
+    except Exception as exc:  # the problem file is user input: report, don't crash
+        raise ProblemError(f"problem file {path} failed to run: {type(exc).__name__}: {exc}") from None
+    for name in ("Model", "get_inputs", "get_init_inputs"):
+        if not hasattr(module, name):
+            raise ProblemError(f"problem file {path} does not define {name} (KernelBench format)")
+    return Problem(path, shapes, module)
+
+
+def declared_cutoff(path: str | Path) -> float | None:
+    """The problem's own ``MAX_ABS_DIFF``, if it declares one."""
+    _, tree = _parse(Path(path))
+    value = _literal(tree, "MAX_ABS_DIFF")
+    if value is not None and not isinstance(value, (int, float)):
+        raise ProblemError(f"MAX_ABS_DIFF in {path} must be a number")
+    return None if value is None else float(value)
+
+
+def held_out_shapes(path: str | Path, shapes: dict[str, int] | None = None) -> list[dict[str, int]]:
+    """Shapes a kernel is checked on besides the ones it is bred on.
+
+    The problem's ``HELD_OUT_SHAPES`` when it declares them; otherwise one
+    variant derived from the knobs: every constant of at least 8 shrinks by
+    about a quarter to a value that is not a power of two, so a kernel that
+    hard-codes its shape or forgets a mask fails.
+    """
+    path = Path(path)
+    _, tree = _parse(path)
+    declared = _literal(tree, "HELD_OUT_SHAPES")
+    if declared is not None:
+        if not isinstance(declared, list) or not all(isinstance(d, dict) for d in declared):
+            raise ProblemError(f"HELD_OUT_SHAPES in {path} must be a list of dicts")
+        return declared
+    base = {k.name: k.value for k in shape_knobs(path)}
+    base.update(shapes or {})
+    variant = {name: derive_held_out(value) for name, value in base.items() if value >= _MIN_PERTURBED}
+    return [variant] if variant else []
+
+
+def derive_held_out(value: int) -> int:
+    """A nearby smaller size that is odd and not a power of two.
+
+    >>> derive_held_out(16), derive_held_out(1024), derive_held_out(100)
+    (11, 767, 73)
+    """
+    new = value - value // 4 - 1
+    if new % 2 == 0:
+        new -= 1
+    return max(new, 3)
+
+
+def make_inputs(problem: Problem, seed: int, device: str) -> list[Any]:
+    """The problem's inputs drawn from ``seed``, created on ``device``.
+
+    Drawn on the device itself (the default device is set while
+    ``get_inputs`` runs) so large inputs cost no CPU time or copy; the same
+    seed gives the same inputs in every process.
+    """
+    import torch
+
+    torch.manual_seed(seed)
+    with torch.device(device):
+        inputs = problem.get_inputs()
+    return [x.to(device) if isinstance(x, torch.Tensor) and x.device != torch.device(device) else x for x in inputs]
+
+
+def build_model(cls: type, problem: Problem, seed: int, device: str):
+    """``cls(*get_init_inputs())`` with the random generators seeded first.
+
+    ``Model`` and ``ModelNew`` built this way hold the same weights when they
+    create the same parameters in the same order (KernelBench's convention).
+    """
+    import torch
+
+    init_inputs = problem.get_init_inputs()
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = cls(*init_inputs)
+    return model.to(device)

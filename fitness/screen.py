@@ -1,0 +1,202 @@
+"""Static screen: what a candidate may not even contain.
+
+The first of several defences; every rule here also has a runtime
+counterpart in the worker (trace, tamper check, launch count), so a
+construct that slips past the screen is still caught when it runs.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+
+# Modules a candidate may import (a module or any of its submodules, unless
+# listed in _FORBIDDEN_SUBMODULES).
+ALLOWED_IMPORTS = frozenset(
+    {"torch", "triton", "math", "typing", "functools", "itertools", "operator",
+     "dataclasses", "enum", "__future__"}
+)
+# Parts of allowed packages that reach the process, the timers, the compiler
+# driver or native code.
+_FORBIDDEN_SUBMODULES = (
+    "torch.utils", "torch.cuda", "torch.multiprocessing", "torch.distributed",
+    "torch.library", "torch.ops", "torch.hub", "torch.jit", "torch.package",
+    "torch.compiler", "torch.profiler", "torch.autograd", "torch.testing",
+    "triton.runtime", "triton.compiler", "triton.backends", "triton.knobs",
+    "triton.testing", "triton.tools", "triton.profiler",
+)
+FORBIDDEN_BUILTINS = frozenset(
+    {"eval", "exec", "compile", "open", "__import__", "globals", "locals", "vars",
+     "getattr", "setattr", "delattr", "breakpoint", "input", "exit", "quit", "help",
+     "dir", "memoryview", "__builtins__"}
+)
+# Attribute names that lead out of the candidate's lane whatever they hang off.
+FORBIDDEN_ATTRIBUTES = frozenset(
+    {"environ", "getenv", "putenv", "system", "popen", "spawn", "fork", "kill",
+     "_exit", "exit", "modules", "save", "tofile", "fromfile", "from_file",
+     "runtime", "knobs", "compiler", "backends", "testing", "driver", "compile",
+     "ops", "library", "utils", "hub", "profiler", "multiprocessing", "distributed",
+     "cudart", "jiterator", "set_", "untyped_storage", "storage", "share_memory_",
+     "from_dlpack", "to_dlpack", "register_forward_hook", "register_forward_pre_hook",
+     "register_hook", "register_module_forward_hook", "f_globals", "f_locals",
+     "f_back", "f_builtins", "gi_frame", "cr_frame", "tb_frame", "mro"}
+)
+ALLOWED_DUNDERS = frozenset({"__init__", "__name__"})
+
+
+@dataclasses.dataclass(frozen=True)
+class ScreenVerdict:
+    ok: bool
+    status: str = ""
+    reason: str = ""
+
+
+def _dotted(node: ast.AST) -> str | None:
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return None
+
+
+def _root_name(node: ast.AST) -> str | None:
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _import_ok(module: str) -> bool:
+    if module.split(".")[0] not in ALLOWED_IMPORTS:
+        return False
+    return not any(module == bad or module.startswith(bad + ".") for bad in _FORBIDDEN_SUBMODULES)
+
+
+class _Screen(ast.NodeVisitor):
+    def __init__(self) -> None:
+        self.problems: list[str] = []
+        self.jit_functions: set[str] = set()
+        self.launched: set[str] = set()
+        self.has_model_new = False
+        self._in_jit = False
+        self.language_aliases: set[str] = set()
+
+    def _is_triton_language(self, node: ast.AST) -> bool:
+        name = _dotted(node)
+        return name == "triton.language" or name in self.language_aliases
+
+    def fail(self, node: ast.AST, message: str) -> None:
+        self.problems.append(f"line {getattr(node, 'lineno', '?')}: {message}")
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            if not _import_ok(alias.name):
+                self.fail(node, f"imports {alias.name}, which candidates may not use")
+            if alias.name == "triton.language" and alias.asname:
+                self.language_aliases.add(alias.asname)
+        self.generic_visit(node)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        module = node.module or ""
+        if node.level or not _import_ok(module):
+            self.fail(node, f"imports from {module or '.'}, which candidates may not use")
+        for alias in node.names:
+            if alias.name == "*":
+                self.fail(node, "star imports are not allowed")
+            elif not _import_ok(f"{module}.{alias.name}") and _import_ok(module):
+                self.fail(node, f"imports {module}.{alias.name}, which candidates may not use")
+            elif alias.name in FORBIDDEN_ATTRIBUTES or (alias.name == "load" and module != "triton.language"):
+                self.fail(node, f"imports {alias.name} from {module}")
+            if f"{module}.{alias.name}" == "triton.language":
+                self.language_aliases.add(alias.asname or alias.name)
+        self.generic_visit(node)
+
+    def visit_Name(self, node: ast.Name) -> None:
+        if node.id in FORBIDDEN_BUILTINS:
+            self.fail(node, f"uses {node.id}")
+        elif node.id.startswith("__") and node.id not in ALLOWED_DUNDERS:
+            self.fail(node, f"uses {node.id}")
+        if self._in_jit and node.id == "torch":
+            self.fail(node, "uses torch inside a @triton.jit function")
+        self.generic_visit(node)
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        attr = node.attr
+        base_is_self = isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+        if attr in ALLOWED_DUNDERS:
+            pass
+        elif attr.startswith("__") and attr.endswith("__"):
+            self.fail(node, f"uses attribute {attr}")
+        elif attr.startswith("_") and not base_is_self:
+            self.fail(node, f"uses private attribute {attr}")
+        elif attr in FORBIDDEN_ATTRIBUTES:
+            self.fail(node, f"uses attribute {attr}")
+        elif attr == "load" and not self._is_triton_language(node.value):
+            self.fail(node, f"uses {_dotted(node) or 'load'} (only tl.load may be called load)")
+        if isinstance(node.ctx, (ast.Store, ast.Del)) and _root_name(node) != "self":
+            self.fail(node, f"assigns attribute {_dotted(node) or attr} of an object it does not own")
+        self.generic_visit(node)
+
+    def visit_Global(self, node: ast.Global) -> None:
+        self.fail(node, "uses global")
+
+    def visit_Nonlocal(self, node: ast.Nonlocal) -> None:
+        self.fail(node, "uses nonlocal")
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        if node.name.startswith("__") and node.name not in ALLOWED_DUNDERS:
+            self.fail(node, f"defines {node.name}")
+        is_jit = any(_is_jit_decorator(d) for d in node.decorator_list)
+        if is_jit:
+            self.jit_functions.add(node.name)
+        outer, self._in_jit = self._in_jit, self._in_jit or is_jit
+        self.generic_visit(node)
+        self._in_jit = outer
+
+    visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        if node.name == "ModelNew":
+            self.has_model_new = True
+        for keyword in node.keywords:
+            self.fail(node, f"class {node.name} uses keyword {keyword.arg} in its bases")
+        self.generic_visit(node)
+
+    def visit_Call(self, node: ast.Call) -> None:
+        if isinstance(node.func, ast.Subscript):
+            name = _dotted(node.func.value)
+            if name:
+                self.launched.add(name.split(".")[-1])
+        self.generic_visit(node)
+
+
+def _is_jit_decorator(node: ast.AST) -> bool:
+    target = node.func if isinstance(node, ast.Call) else node
+    name = _dotted(target) or ""
+    return name in ("triton.jit", "jit")
+
+
+def screen(source: str) -> ScreenVerdict:
+    """Refuse a candidate whose source breaks a rule, with the first reason.
+
+    >>> screen("import os").status
+    'forbidden'
+    """
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        return ScreenVerdict(False, "compile_error", f"does not parse: line {exc.lineno}: {exc.msg}")
+    visitor = _Screen()
+    visitor.visit(tree)
+    if visitor.problems:
+        more = f" (and {len(visitor.problems) - 1} more)" if len(visitor.problems) > 1 else ""
+        return ScreenVerdict(False, "forbidden", visitor.problems[0] + more)
+    if not visitor.has_model_new:
+        return ScreenVerdict(False, "compile_error", "defines no class ModelNew")
+    if not visitor.jit_functions:
+        return ScreenVerdict(False, "forbidden", "defines no @triton.jit kernel")
+    if not visitor.jit_functions & visitor.launched:
+        return ScreenVerdict(False, "forbidden", "never launches a @triton.jit kernel (kernel[grid](...))")
+    return ScreenVerdict(True)

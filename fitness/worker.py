@@ -1,0 +1,329 @@
+"""The sandboxed worker: runs candidates, never judges them.
+
+Started by ``fitness.evaluator`` as ``python -m fitness.worker IN OUT PLATFORM
+INDEX`` with a scrubbed environment, its stdout and stderr sent to a log
+file, and two pipes for messages. It loads a candidate, runs it on inputs it
+draws from seeds it is given, and sends back raw outputs and timings; the
+reference outputs and the verdict stay in the evaluator's process.
+
+Before any candidate code runs, the worker keeps references to everything it
+relies on (timers, events, synchronisation, the tensor methods it uses to
+ship outputs, the Triton launch entry points it instruments) and checks after
+every step that none was replaced.
+"""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+from typing import Any
+
+from fitness import wire
+from fitness.problem import Problem, build_model, load_problem, make_inputs
+from platforms import TimingSettings, get_platform
+
+
+class Refusal(Exception):
+    """A known failure of the candidate: ends the step with ``status``."""
+
+    def __init__(self, status: str, reason: str, fatal: bool = False) -> None:
+        super().__init__(reason)
+        self.status, self.reason, self.fatal = status, reason, fatal
+
+
+def _watched(torch, triton_jit, interpreter) -> dict[str, tuple[Any, str]]:
+    """Objects whose attributes the worker relies on, by readable name."""
+    watched = {
+        "time.perf_counter": (time, "perf_counter"),
+        "time.perf_counter_ns": (time, "perf_counter_ns"),
+        "time.monotonic": (time, "monotonic"),
+        "os.write": (os, "write"),
+        "os.read": (os, "read"),
+        "json.dumps": (json, "dumps"),
+        "builtins.isinstance": (builtins, "isinstance"),
+        "builtins.type": (builtins, "type"),
+        "torch.manual_seed": (torch, "manual_seed"),
+        "torch.equal": (torch, "equal"),
+        "torch.device": (torch, "device"),
+        "torch.Tensor": (torch, "Tensor"),
+        "torch.uint8": (torch, "uint8"),
+        "triton JITFunction.run": (triton_jit.JITFunction, "run"),
+        "triton InterpretedFunction.run": (interpreter.InterpretedFunction, "run"),
+        "triton KernelInterface.__getitem__": (triton_jit.KernelInterface, "__getitem__"),
+        "torch.utils._python_dispatch.TorchDispatchMode.__enter__": (
+            sys.modules["torch.utils._python_dispatch"].TorchDispatchMode, "__enter__"),
+        "torch.utils._python_dispatch.TorchDispatchMode.__exit__": (
+            sys.modules["torch.utils._python_dispatch"].TorchDispatchMode, "__exit__"),
+    }
+    for method in ("clone", "cpu", "contiguous", "view", "reshape", "numpy", "detach",
+                   "to", "numel", "__getitem__", "data_ptr", "untyped_storage"):
+        watched[f"torch.Tensor.{method}"] = (torch.Tensor, method)
+    if torch.cuda.is_available():
+        watched["torch.cuda.synchronize"] = (torch.cuda, "synchronize")
+        watched["torch.cuda.Event"] = (torch.cuda, "Event")
+        for method in ("record", "elapsed_time", "synchronize"):
+            watched[f"torch.cuda.Event.{method}"] = (torch.cuda.Event, method)
+    return watched
+
+
+class Harness:
+    """State of one worker process: the platform, the candidate, the problem."""
+
+    def __init__(self, platform_name: str, index: int) -> None:
+        import torch
+        import torch._dynamo  # noqa: F401  (on import it rewraps torch.manual_seed: do it before capturing)
+        import triton.runtime.interpreter as interpreter
+        import triton.runtime.jit as triton_jit
+
+        from fitness.trace import ComputeTrace
+
+        self.torch = torch
+        self.platform = get_platform(platform_name, index)
+        self.device = self.platform.device()
+        self.trace_cls = ComputeTrace
+        self.launches = 0
+        self.trace: Any = None
+        self._instrument_launches(triton_jit.JITFunction, interpreter.InterpretedFunction)
+        self.watched = _watched(torch, triton_jit, interpreter)
+        self.originals = {name: getattr(owner, attr) for name, (owner, attr) in self.watched.items()}
+        # The platform's own methods are watched too: the timer lives there.
+        for attr in ("time_runs", "synchronize", "flush_cache", "_start_stop", "poison_memory"):
+            name = f"platform.{attr}"
+            self.watched[name] = (type(self.platform), attr)
+            self.originals[name] = getattr(type(self.platform), attr)
+        self.source_hash = ""
+        self.module: Any = None
+        self.model: Any = None
+        self.problem: Problem | None = None
+        self.tmpdir = tempfile.mkdtemp(prefix="kevo-worker-")
+
+    def _instrument_launches(self, *kernel_classes) -> None:
+        """Count Triton launches and let the launcher's own tensor ops through the trace."""
+        harness = self
+        for cls in kernel_classes:
+            original = cls.run
+
+            def run(self_, *args, _original=original, **kwargs):
+                harness.launches += 1
+                trace = harness.trace
+                if trace is not None:
+                    trace.launch_depth += 1
+                try:
+                    return _original(self_, *args, **kwargs)
+                finally:
+                    if trace is not None:
+                        trace.launch_depth -= 1
+
+            cls.run = run
+
+    # -- checks ---------------------------------------------------------------
+
+    def check_tamper(self) -> None:
+        for name, (owner, attr) in self.watched.items():
+            if owner.__dict__.get(attr, getattr(owner, attr, None)) is not self.originals[name]:
+                raise Refusal("forbidden", f"the candidate replaced {name}", fatal=True)
+
+    # -- steps -----------------------------------------------------------------
+
+    def load(self, source: str, problem_path: str, shapes: dict[str, int], init_seed: int) -> dict:
+        """Import the candidate (once per source) and build ``ModelNew`` for ``shapes``."""
+        torch = self.torch
+        digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+        if digest != self.source_hash:
+            self.module, self.model = None, None
+            path = os.path.join(self.tmpdir, f"candidate_{digest}.py")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(source)
+            name = f"kevo_candidate_{digest}"
+            spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module  # Triton reads a kernel's source through its module
+            try:
+                spec.loader.exec_module(module)
+            except SyntaxError as exc:
+                raise Refusal("compile_error", f"does not compile: line {exc.lineno}: {exc.msg}")
+            except Exception as exc:
+                raise Refusal("compile_error", f"failed to import: {_describe(exc)}")
+            if not isinstance(getattr(module, "ModelNew", None), type):
+                raise Refusal("compile_error", "defines no class ModelNew")
+            self.module, self.source_hash = module, digest
+        self.problem = load_problem(problem_path, shapes)
+        try:
+            self.model = build_model(self.module.ModelNew, self.problem, init_seed, self.device)
+        except torch.OutOfMemoryError as exc:
+            raise Refusal("out_of_memory", f"building ModelNew: {_describe(exc)}")
+        except Exception as exc:
+            raise _classify(exc, "building ModelNew", self.platform)
+        return {"ok": True}
+
+    def _inputs(self, seed: int) -> list:
+        return make_inputs(self.problem, seed, self.device)
+
+    def _run(self, args: list) -> Any:
+        """One traced forward; returns its outputs after the device is idle."""
+        torch = self.torch
+        self.trace = self.trace_cls()
+        launches_before = self.launches
+        try:
+            with self.trace, torch.no_grad():
+                outputs = self.model(*args)
+            self.platform.synchronize()
+        except Refusal:
+            raise
+        except BaseException as exc:  # the candidate's failure, whatever it raised
+            if self.trace.violations:
+                raise Refusal("forbidden", _forbidden_reason(self.trace.violations))
+            raise _classify(exc, "running forward", self.platform)
+        finally:
+            trace, self.trace = self.trace, None
+        if trace.violations:
+            raise Refusal("forbidden", _forbidden_reason(trace.violations))
+        if self.launches == launches_before:
+            raise Refusal("forbidden", "forward launched no Triton kernel")
+        return outputs
+
+    def _outputs(self, outputs: Any) -> list:
+        torch = self.torch
+        items = list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
+        for i, t in enumerate(items):
+            if type(t) is not torch.Tensor:
+                raise Refusal("forbidden" if isinstance(t, torch.Tensor) else "wrong",
+                              f"output {i} is a {type(t).__name__}, not a plain torch.Tensor")
+            if t.device != torch.device(self.device):
+                raise Refusal("wrong", f"output {i} is on {t.device}, expected {self.device}")
+        return items
+
+    def _check_inputs(self, originals: list, used: list) -> None:
+        for j, (a, b) in enumerate(zip(originals, used)):
+            if isinstance(a, self.torch.Tensor) and not _same_bits(self.torch, a, b):
+                raise Refusal("mutated_input", f"forward changed input {j}")
+
+    def call(self, seed: int, poison: list[int]) -> tuple[dict, list]:
+        """Run forward once on fresh clones of the inputs drawn from ``seed``."""
+        originals = self._inputs(seed)
+        args = [x.clone() if isinstance(x, self.torch.Tensor) else x for x in originals]
+        self.platform.poison_memory(poison)
+        outputs = self._outputs(self._run(args))
+        self._check_inputs(originals, args)
+        return {"ok": True}, outputs
+
+    def time(self, seeds: list[int], check_runs: list[int], poison: list[int], timing: dict) -> tuple[dict, list]:
+        """Time forward over inputs rotating through ``seeds``; ship the outputs of ``check_runs``."""
+        torch = self.torch
+        inputs = [self._inputs(s) for s in seeds]
+        kept: dict[int, list] = {}
+        wanted = set(check_runs)
+        mutated: list[int] = []
+
+        def prepare(i: int) -> list:
+            source = inputs[i % len(inputs)]
+            args = [x.clone() if isinstance(x, torch.Tensor) else x for x in source]
+            self.platform.poison_memory(poison)
+            return args
+
+        def run(i: int, args: list) -> None:
+            outputs = self._run(args)
+            if i in wanted:
+                kept[i] = self._outputs(outputs)
+                source = inputs[i % len(inputs)]
+                if not all(not isinstance(a, torch.Tensor) or _same_bits(torch, a, b) for a, b in zip(source, args)):
+                    mutated.append(i)
+
+        timing_result = self.platform.time_runs(run, TimingSettings(**timing), prepare)
+        if mutated:
+            raise Refusal("mutated_input", f"forward changed its input in timed run {mutated[0]}")
+        n = len(timing_result.runs_ms)
+        checked = sorted(i for i in kept if i < n)
+        tensors = [t for i in checked for t in kept[i]]
+        return {"ok": True, "runs_ms": timing_result.runs_ms, "wall_ms": timing_result.wall_ms,
+                "checked": [[i, seeds[i % len(seeds)], len(kept[i])] for i in checked]}, tensors
+
+    def handle(self, message: dict) -> tuple[dict, list]:
+        step = message["step"]
+        try:
+            if step == "load":
+                reply, tensors = self.load(message["source"], message["problem"], message["shapes"], message["init_seed"]), []
+            elif step == "call":
+                reply, tensors = self.call(message["seed"], message["poison"])
+            elif step == "time":
+                reply, tensors = self.time(message["seeds"], message["check_runs"], message["poison"], message["timing"])
+            elif step == "info":
+                reply, tensors = {"ok": True, "env": sorted(os.environ)}, []
+            else:
+                raise ValueError(f"unknown step {step!r}")
+            self.check_tamper()
+        except Refusal as refusal:
+            try:
+                self.check_tamper()
+            except Refusal as tamper:
+                refusal = tamper
+            reply = {"ok": False, "status": refusal.status, "reason": refusal.reason, "fatal": refusal.fatal}
+            tensors = []
+        return reply, tensors
+
+
+def _same_bits(torch, a, b) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    a8 = a.contiguous().reshape(-1).view(torch.uint8)
+    b8 = b.contiguous().reshape(-1).view(torch.uint8)
+    return bool(torch.equal(a8, b8))
+
+
+def _forbidden_reason(violations: list[str]) -> str:
+    ops = ", ".join(f"aten.{v}" for v in dict.fromkeys(violations))
+    return f"PyTorch did the work ({ops}); forward may only allocate, view and copy"
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    first = next((line for line in text if line.strip()), "")
+    return f"{type(exc).__name__}: {first[:300]}" if first else type(exc).__name__
+
+
+def _classify(exc: BaseException, where: str, platform) -> Refusal:
+    text = str(exc)
+    name = type(exc).__name__
+    if name == "OutOfMemoryError" or "out of memory" in text.lower() or "can't allocate memory" in text:
+        return Refusal("out_of_memory", f"{where}: {_describe(exc)}")
+    if platform.context_lost(exc):
+        return Refusal("crashed", f"{where}: {_describe(exc)} (device context lost)", fatal=True)
+    if name in ("CompilationError", "CompileTimeAssertionFailure") or "triton.compiler" in type(exc).__module__:
+        return Refusal("compile_error", f"{where}: {_describe(exc)}")
+    return Refusal("runtime_error", f"{where}: {_describe(exc)}")
+
+
+def main(argv: list[str]) -> None:
+    in_fd, out_fd, platform_name, index = int(argv[0]), int(argv[1]), argv[2], int(argv[3])
+    limit = int(argv[4]) if len(argv) > 4 else 0
+    if limit:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    harness = Harness(platform_name, index)
+    wire.send(out_fd, {"ok": True, "ready": True, "device_name": harness.platform.device_name(), "pid": os.getpid()})
+    while True:
+        try:
+            message, _ = wire.receive(in_fd)
+        except wire.ChannelClosed:
+            return
+        nonce = message.get("nonce")
+        try:
+            reply, tensors = harness.handle(message)
+        except Exception:  # a bug of kevo: report it as such, then stop
+            reply, tensors = {"ok": False, "status": "internal_error", "reason": traceback.format_exc(), "fatal": True}, []
+        reply["nonce"] = nonce
+        wire.send(out_fd, reply, tensors)
+        if reply.get("fatal"):
+            os._exit(3)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

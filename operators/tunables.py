@@ -1,0 +1,305 @@
+"""Find the integer literals a Triton candidate exposes as tunables, and rewrite them.
+
+A tunable is one integer literal in the source whose value can change without
+changing what the kernel computes, given a correct kernel:
+
+- ``num_warps``, ``num_stages`` and ``num_ctas`` given to a launch
+  ``kernel[grid](...)`` of a ``@triton.jit`` function;
+- a launch keyword that names a ``tl.constexpr`` parameter of the launched
+  kernel and holds a power of two (``BLOCK_SIZE=1024``);
+- for either of those, when the keyword holds a local name instead of a
+  literal (``BLOCK_SIZE=BLOCK``), the one assignment ``BLOCK = 1024`` in the
+  same function, so that a grid computed from ``BLOCK`` follows the change;
+- the same numbers in the literal ``triton.Config({...}, num_warps=...)``
+  entries of ``@triton.autotune(configs=[...])``.
+
+Values are rewritten by replacing the literal's own characters, so comments and
+formatting survive.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import re
+from collections.abc import Iterator, Mapping
+
+from operators.space import Kind
+
+#: Launch options of every Triton kernel, and the kind of each.
+LAUNCH_OPTION_KINDS: Mapping[str, Kind] = {
+    "num_warps": Kind.NUM_WARPS,
+    "num_stages": Kind.NUM_STAGES,
+    "num_ctas": Kind.NUM_CTAS,
+}
+
+_SCOPE_NODES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
+_NEWLINE = re.compile(rb"\r\n|\r|\n")
+
+
+@dataclasses.dataclass(frozen=True)
+class Span:
+    """Where a literal sits, in ``ast`` terms: 1-based lines, UTF-8 byte columns."""
+
+    lineno: int
+    col: int
+    end_lineno: int
+    end_col: int
+
+    @classmethod
+    def of(cls, node: ast.expr) -> Span:
+        return cls(node.lineno, node.col_offset, node.end_lineno, node.end_col_offset)
+
+
+@dataclasses.dataclass(frozen=True)
+class Tunable:
+    """One integer literal of a candidate that a parametric operator may change.
+
+    ``name`` is stable across values: ``add_kernel.BLOCK_SIZE`` and
+    ``add_kernel.num_warps`` for literals of a launch (``add_kernel@2.…`` for
+    the kernel's second launch), ``forward.BLOCK`` for an assignment in
+    ``forward``, ``add_kernel.configs[0].BLOCK_SIZE`` for an autotune config.
+    """
+
+    name: str
+    value: int
+    kind: Kind
+    span: Span
+
+
+def find_tunables(source: str) -> list[Tunable]:
+    """The tunables of ``source``, in source order. Raises ``SyntaxError`` if it does not parse.
+
+    >>> src = "@triton.jit\\ndef k(x, B: tl.constexpr): pass\\ndef f(x):\\n    k[(1,)](x, B=64, num_warps=4)\\n"
+    >>> [(t.name, t.value) for t in find_tunables(src)]
+    [('k.B', 64), ('k.num_warps', 4)]
+    """
+    tree = ast.parse(source)
+    kernels = _jit_kernels(tree)
+    found = list(_autotune_tunables(kernels))
+    launches_seen: dict[str, int] = {}
+    for scope in [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))]:
+        found.extend(_launch_tunables(scope, kernels, launches_seen))
+    found.sort(key=lambda t: (t.span.lineno, t.span.col))
+    taken: dict[str, int] = {}
+    unique = []
+    for tunable in found:
+        count = taken[tunable.name] = taken.get(tunable.name, 0) + 1
+        unique.append(tunable if count == 1 else dataclasses.replace(tunable, name=f"{tunable.name}@{count}"))
+    return unique
+
+
+def params_of(source: str) -> dict[str, int]:
+    """The current value of every tunable of ``source``, by name."""
+    return {t.name: t.value for t in find_tunables(source)}
+
+
+def apply_params(source: str, params: Mapping[str, int]) -> str:
+    """``source`` with the named tunables set to the given values; every other byte is kept.
+
+    Raises ``KeyError`` for a name that is not a tunable of ``source``.
+    """
+    tunables = {t.name: t for t in find_tunables(source)}
+    unknown = sorted(set(params) - set(tunables))
+    if unknown:
+        raise KeyError(f"not tunables of this candidate: {unknown}; its tunables are {sorted(tunables)}")
+    return edit_tunables(source, list(tunables.values()), params)
+
+
+def edit_tunables(source: str, tunables: list[Tunable], values: Mapping[str, int]) -> str:
+    """``apply_params`` for tunables already found in ``source``."""
+    for name, value in values.items():
+        if type(value) is not int:
+            raise TypeError(f"{name} must be set to an int, got {value!r}")
+    if not values:
+        return source
+    edited = replace_spans(source, [(t.span, str(values[t.name])) for t in tunables if t.name in values])
+    ast.parse(edited)  # an edit that breaks the syntax is a bug of ours: fail here, loudly
+    return edited
+
+
+def replace_spans(source: str, edits: list[tuple[Span, str]]) -> str:
+    """``source`` with the text at each (non-overlapping) span replaced."""
+    data = source.encode()
+    line_starts = [0] + [m.end() for m in _NEWLINE.finditer(data)]
+    pieces = []
+    cursor = 0
+    offsets = sorted(
+        (line_starts[s.lineno - 1] + s.col, line_starts[s.end_lineno - 1] + s.end_col, text) for s, text in edits
+    )
+    for start, end, text in offsets:
+        if start < cursor:
+            raise ValueError(f"overlapping edits at byte {start}")
+        pieces += [data[cursor:start], text.encode()]
+        cursor = end
+    pieces.append(data[cursor:])
+    return b"".join(pieces).decode()
+
+
+# --- discovery helpers ------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Kernel:
+    node: ast.FunctionDef
+    constexprs: frozenset[str]
+
+
+def _dotted(node: ast.expr) -> str:
+    """``triton.language.constexpr`` for that attribute chain; '' for anything else."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = _dotted(node.value)
+        return f"{base}.{node.attr}" if base else ""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):  # a string annotation
+        return node.value
+    return ""
+
+
+def _decorator_name(node: ast.expr) -> str:
+    return _dotted(node.func if isinstance(node, ast.Call) else node)
+
+
+def _jit_kernels(tree: ast.Module) -> dict[str, _Kernel]:
+    kernels = {}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and any(
+            _decorator_name(d) in ("triton.jit", "jit") for d in node.decorator_list
+        ):
+            params = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
+            constexprs = frozenset(
+                p.arg for p in params if p.annotation is not None and _dotted(p.annotation).split(".")[-1] == "constexpr"
+            )
+            kernels[node.name] = _Kernel(node, constexprs)
+    return kernels
+
+
+def _int_literal(node: ast.expr | None) -> int | None:
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    return None
+
+
+def _is_power_of_two(value: int) -> bool:
+    return value > 0 and value & (value - 1) == 0
+
+
+def _kind_of(option: str, kernel: _Kernel, value: int | None) -> Kind | None:
+    """The kind of a launch or config keyword, or None when it is not tunable."""
+    if option in LAUNCH_OPTION_KINDS:
+        return LAUNCH_OPTION_KINDS[option]
+    if option in kernel.constexprs and (value is None or _is_power_of_two(value)):
+        return Kind.BLOCK  # a constexpr holding a flag or a count is not a size: leave it alone
+    return None
+
+
+def _autotune_tunables(kernels: Mapping[str, _Kernel]) -> Iterator[Tunable]:
+    for name, kernel in kernels.items():
+        for decorator in kernel.node.decorator_list:
+            if not (isinstance(decorator, ast.Call) and _decorator_name(decorator) in ("triton.autotune", "autotune")):
+                continue
+            configs = next((k.value for k in decorator.keywords if k.arg == "configs"), None)
+            if configs is None and decorator.args:
+                configs = decorator.args[0]
+            if not isinstance(configs, (ast.List, ast.Tuple)):
+                continue  # configs built by code: not ours to edit
+            for index, config in enumerate(configs.elts):
+                yield from _config_tunables(f"{name}.configs[{index}]", config, kernel)
+
+
+def _config_tunables(prefix: str, config: ast.expr, kernel: _Kernel) -> Iterator[Tunable]:
+    if not (isinstance(config, ast.Call) and _dotted(config.func) in ("triton.Config", "Config")):
+        return
+    options: list[tuple[str, ast.expr]] = [(k.arg, k.value) for k in config.keywords if k.arg]
+    meta = config.args[0] if config.args else next((k.value for k in config.keywords if k.arg == "kwargs"), None)
+    if isinstance(meta, ast.Dict):
+        options += [(k.value, v) for k, v in zip(meta.keys, meta.values) if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+    for option, node in options:
+        value = _int_literal(node)
+        kind = _kind_of(option, kernel, value) if value is not None else None
+        if kind is not None:
+            yield Tunable(f"{prefix}.{option}", value, kind, Span.of(node))
+
+
+def _scope_nodes(scope: ast.AST) -> Iterator[ast.AST]:
+    """Every node of ``scope``'s own body, not those of the functions, classes and lambdas inside it."""
+    stack = list(reversed(getattr(scope, "body", [])))
+    while stack:
+        node = stack.pop()
+        yield node
+        if not isinstance(node, _SCOPE_NODES):
+            stack.extend(reversed(list(ast.iter_child_nodes(node))))
+
+
+def _launch_tunables(scope: ast.AST, kernels: Mapping[str, _Kernel], launches_seen: dict[str, int]) -> Iterator[Tunable]:
+    """Tunables of the launches written directly in ``scope`` (a module or a function)."""
+    nodes = list(_scope_nodes(scope))
+    launches = sorted(
+        (
+            n
+            for n in nodes
+            if isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Subscript)
+            and isinstance(n.func.value, ast.Name)
+            and n.func.value.id in kernels
+        ),
+        key=lambda n: (n.lineno, n.col_offset),
+    )
+    variable_kinds: dict[str, set[Kind]] = {}
+    for call in launches:
+        kernel_name = call.func.value.id
+        launches_seen[kernel_name] = launches_seen.get(kernel_name, 0) + 1
+        count = launches_seen[kernel_name]
+        label = kernel_name if count == 1 else f"{kernel_name}@{count}"
+        for keyword in call.keywords:
+            if keyword.arg is None:
+                continue
+            value = _int_literal(keyword.value)
+            kind = _kind_of(keyword.arg, kernels[kernel_name], value)
+            if kind is None:
+                continue
+            if value is not None:
+                yield Tunable(f"{label}.{keyword.arg}", value, kind, Span.of(keyword.value))
+            elif isinstance(keyword.value, ast.Name):
+                variable_kinds.setdefault(keyword.value.id, set()).add(kind)
+    scope_name = getattr(scope, "name", "module")
+    for variable, kinds in variable_kinds.items():
+        literal = _sole_int_assignment(scope, nodes, variable)
+        if literal is None or len(kinds) != 1:
+            continue  # not a constant of this function, or feeding options of different kinds
+        (kind,) = kinds
+        if kind is Kind.BLOCK and not _is_power_of_two(literal.value):
+            continue
+        yield Tunable(f"{scope_name}.{variable}", literal.value, kind, Span.of(literal))
+
+
+def _sole_int_assignment(scope: ast.AST, nodes: list[ast.AST], variable: str) -> ast.Constant | None:
+    """The int literal of ``variable = <int>`` when that is the name's only binding in ``scope``."""
+    bindings: list[ast.AST] = []
+    if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        args = scope.args
+        every_arg = args.posonlyargs + args.args + args.kwonlyargs + [a for a in (args.vararg, args.kwarg) if a]
+        bindings += [a for a in every_arg if a.arg == variable]
+    for node in nodes:
+        if isinstance(node, ast.Name) and node.id == variable and not isinstance(node.ctx, ast.Load):
+            bindings.append(node)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)) and variable in node.names:
+            return None
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == variable:
+            bindings.append(node)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+            (a.asname or a.name.split(".")[0]) == variable for a in node.names
+        ):
+            bindings.append(node)
+        elif isinstance(node, ast.ExceptHandler) and node.name == variable:
+            bindings.append(node)
+    if len(bindings) != 1:
+        return None
+    target = bindings[0]
+    for node in nodes:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and node.targets[0] is target and _int_literal(node.value) is not None:
+            return node.value
+        if isinstance(node, ast.AnnAssign) and node.target is target and _int_literal(node.value) is not None:
+            return node.value
+    return None

@@ -1,0 +1,79 @@
+"""CPU platform: Triton's interpreter on CPU tensors.
+
+Slow, but every path of the evaluation protocol runs, so CI and a laptop
+exercise the real code. Runtimes measured here are CPU figures.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Callable
+
+from platforms.base import Platform, TimingSettings
+
+# A buffer larger than the last-level cache of common CPUs.
+_FLUSH_BYTES = 64 << 20
+
+
+class CpuPlatform(Platform):
+    name = "cpu"
+    # MALLOC_PERTURB_ makes glibc fill every fresh allocation with 0x7f bytes
+    # (not zeros): unwritten float16 output reads as NaN, float32/bfloat16 as
+    # 3.4e38, so output a kernel never wrote cannot pass as correct.
+    worker_env = {"TRITON_INTERPRET": "1", "MALLOC_PERTURB_": "128"}
+    timing = TimingSettings(warmup_ms=0.0, window_ms=0.0, min_runs=3, max_runs=3)
+
+    def __init__(self) -> None:
+        self._flush_buffer = None
+
+    def available(self) -> bool:
+        return True
+
+    def device(self) -> str:
+        return "cpu"
+
+    def device_name(self) -> str:
+        name = "cpu"
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8") as f:
+                for line in f:
+                    if line.startswith("model name"):
+                        name = line.split(":", 1)[1].strip()
+                        break
+        except OSError:
+            pass
+        return f"{name} ({os.cpu_count()} cores, Triton interpreter)"
+
+    def synchronize(self) -> None:
+        return None
+
+    def flush_cache(self) -> None:
+        import torch
+
+        if self._flush_buffer is None:
+            self._flush_buffer = torch.empty(_FLUSH_BYTES // 4, dtype=torch.float32)
+        self._flush_buffer.fill_(1.0)
+
+    def poison_memory(self, sizes: list[int]) -> None:
+        import torch
+
+        # Blocks freed here go back to malloc, which hands them out again for
+        # allocations of the same size class; fresh pages are perturbed (see
+        # worker_env).
+        buffers = [torch.full((max(n, 4) // 4,), float("nan")) for n in sizes]
+        del buffers
+
+    def free_memory(self) -> int:
+        try:
+            with open("/proc/meminfo", encoding="utf-8") as f:
+                for line in f:
+                    if line.startswith("MemAvailable:"):
+                        return int(line.split()[1]) * 1024
+        except OSError:
+            pass
+        return 8 << 30
+
+    def _start_stop(self) -> tuple[Callable[[], Any], Callable[[Any, Any], float]]:
+        clock = time.perf_counter_ns
+        return clock, lambda start, stop: (stop - start) / 1e6

@@ -1,0 +1,25 @@
+"""The run store: one SQLite file per run holding every individual and result.
+
+Depends on nothing else in kevo; results arrive as plain dicts.
+"""
+
+from population_store.individual import Individual, source_hash
+from population_store.schema import (
+    ACCEPTED,
+    PENDING,
+    SCHEMA_VERSION,
+    SchemaVersionError,
+    StoreError,
+)
+from population_store.store import RunStore
+
+__all__ = [
+    "ACCEPTED",
+    "PENDING",
+    "SCHEMA_VERSION",
+    "Individual",
+    "RunStore",
+    "SchemaVersionError",
+    "StoreError",
+    "source_hash",
+]

@@ -1,0 +1,162 @@
+"""The SQLite file behind a run: its tables, its version, and how it is opened.
+
+One file per run. Every connection runs in WAL mode (one writer and any number
+of readers in other processes at once), with a busy timeout, foreign keys on
+and ``synchronous=FULL``, so a commit that returned has reached the disk.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+# Bump on any change to the tables below; a file with a newer version is refused.
+SCHEMA_VERSION = 1
+STORE_FORMAT = "kevo-run-store"
+DEFAULT_BUSY_TIMEOUT_S = 30.0
+
+# Status of an individual that was added but has no result yet.
+PENDING = "pending"
+# The one status that carries a fitness (runtime_ms).
+ACCEPTED = "accepted"
+
+_TABLES = f"""
+CREATE TABLE meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE individuals (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,  -- ids are never reused
+    source_hash TEXT    NOT NULL,
+    source      TEXT    NOT NULL,
+    generation  INTEGER NOT NULL CHECK (generation >= 0),
+    island      INTEGER NOT NULL CHECK (island >= 0),
+    operator    TEXT    NOT NULL,
+    params      TEXT    NOT NULL,                   -- JSON object
+    status      TEXT    NOT NULL DEFAULT '{PENDING}',
+    runtime_ms  REAL,
+    result      TEXT,                               -- JSON object, the full record
+    created_at  REAL    NOT NULL,
+    finished_at REAL,
+    CHECK ((status = '{PENDING}') = (result IS NULL)),
+    CHECK ((status = '{PENDING}') = (finished_at IS NULL))
+);
+CREATE INDEX individuals_source_hash ON individuals (source_hash);
+CREATE INDEX individuals_status_runtime ON individuals (status, runtime_ms);
+CREATE TABLE parents (
+    individual_id INTEGER NOT NULL REFERENCES individuals (id),
+    parent_id     INTEGER NOT NULL REFERENCES individuals (id),
+    position      INTEGER NOT NULL,
+    PRIMARY KEY (individual_id, position)
+);
+CREATE INDEX parents_parent_id ON parents (parent_id);
+CREATE TABLE state (
+    key        TEXT PRIMARY KEY,
+    value      TEXT NOT NULL,                       -- JSON object
+    updated_at REAL NOT NULL
+);
+CREATE TABLE events (
+    id         INTEGER PRIMARY KEY AUTOINCREMENT,
+    kind       TEXT NOT NULL,
+    data       TEXT NOT NULL,                       -- JSON object
+    created_at REAL NOT NULL
+);
+CREATE INDEX events_kind ON events (kind);
+"""
+
+
+class StoreError(Exception):
+    """The run store cannot be used as asked (not a store, read-only, ...)."""
+
+
+class SchemaVersionError(StoreError):
+    """The file was written by a newer kevo whose schema this one does not know."""
+
+
+def connect(path: Path, *, readonly: bool, busy_timeout_s: float) -> sqlite3.Connection:
+    """Open ``path`` with the settings every run-store connection needs.
+
+    Autocommit mode (``isolation_level=None``): each statement outside an
+    explicit ``BEGIN`` commits at once, and a reader sees every commit.
+    """
+    if readonly:
+        # A read-only URI: this process can never write, even by mistake,
+        # while the writer in another process keeps going.
+        target, uri = f"{path.absolute().as_uri()}?mode=ro", True
+    else:
+        target, uri = str(path), False
+    try:
+        conn = sqlite3.connect(
+            target, uri=uri, timeout=busy_timeout_s, isolation_level=None
+        )
+    except sqlite3.OperationalError as exc:
+        raise StoreError(f"cannot open run store {path}: {exc}") from exc
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
+        if readonly:
+            conn.execute("PRAGMA query_only = ON")
+        else:
+            conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute("PRAGMA synchronous = FULL")
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if mode.lower() != "wal":
+                raise StoreError(
+                    f"run store {path}: SQLite refused WAL mode (got {mode!r}); "
+                    "put the run directory on a local filesystem"
+                )
+    except sqlite3.DatabaseError as exc:
+        conn.close()
+        raise StoreError(f"{path} is not a kevo run store ({exc})") from exc
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def create_tables(conn: sqlite3.Connection, meta: dict[str, str]) -> None:
+    """Create every table in an empty database and write ``meta``, atomically."""
+    rows = {"format": STORE_FORMAT, "schema_version": str(SCHEMA_VERSION), **meta}
+    # executescript() would commit on its own; run the statements one by one
+    # inside a single transaction instead.
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for statement in _TABLES.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+        conn.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", rows.items())
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def check_schema(conn: sqlite3.Connection, path: Path) -> None:
+    """Raise unless ``conn`` holds a run store whose schema this code knows."""
+    try:
+        rows = dict(
+            conn.execute(
+                "SELECT key, value FROM meta WHERE key IN ('format', 'schema_version')"
+            ).fetchall()
+        )
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"{path} is not a kevo run store ({exc})") from exc
+    if rows.get("format") != STORE_FORMAT or "schema_version" not in rows:
+        raise StoreError(f"{path} is not a kevo run store (no format marker in meta)")
+    try:
+        version = int(rows["schema_version"])
+    except ValueError:
+        raise StoreError(
+            f"{path}: unreadable schema_version {rows['schema_version']!r}"
+        ) from None
+    if version > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"{path} has schema version {version}, but this kevo reads only up to "
+            f"version {SCHEMA_VERSION}: it was written by a newer kevo; upgrade kevo "
+            "to open it"
+        )
+    if version < SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"{path} has schema version {version}, older than {SCHEMA_VERSION}, "
+            "and no migration from it exists"
+        )

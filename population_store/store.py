@@ -1,0 +1,386 @@
+"""The run store: every individual of one run, its lineage and its result.
+
+Each write commits before the call returns, so a run killed at any moment
+keeps everything it was told had been stored, and ``kevo resume`` picks up from
+there: ``pending()`` lists what was in flight.
+
+Example::
+
+    store = RunStore.create(run_dir / "run.sqlite", config)
+    seed = Individual(None, src, source_hash(src), generation=0, island=0,
+                      operator="seed", parents=[], params={})
+    seed_id = store.add_individual(seed)
+    store.set_result(seed_id, record, record["status"], record["runtime_ms"])
+    store.best(1)  # -> [Individual(id=seed_id, status="accepted", ...)]
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from population_store.individual import (
+    Individual,
+    check_individual,
+    check_result,
+    source_hash,
+    status_text,
+)
+from population_store.schema import (
+    ACCEPTED,
+    DEFAULT_BUSY_TIMEOUT_S,
+    PENDING,
+    StoreError,
+    check_schema,
+    connect,
+    create_tables,
+)
+
+# Individual and source_hash are part of this module's API too.
+__all__ = ["Individual", "RunStore", "source_hash"]
+
+logger = logging.getLogger(__name__)
+
+_COLUMNS = (
+    "id, source, source_hash, generation, island, operator, params, status, "
+    "runtime_ms, result, created_at, finished_at"
+)
+_CHUNK = 500  # ids per "IN (...)" query, well below SQLite's variable limit
+
+
+class RunStore:
+    """A run's SQLite file (``RUN_DIR/run.sqlite``): one writer, many readers.
+
+    Use one ``RunStore`` per process (and thread); open readers in other
+    processes with ``RunStore.open(path, readonly=True)``.
+    """
+
+    def __init__(self, conn: sqlite3.Connection, path: Path, readonly: bool):
+        """Use ``RunStore.create`` or ``RunStore.open``."""
+        self._conn = conn
+        self.path = path
+        self.readonly = readonly
+
+    # -- opening and closing -------------------------------------------------
+
+    @classmethod
+    def create(
+        cls, path: str | os.PathLike, config: dict,
+        busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
+    ) -> "RunStore":
+        """Create a new store at ``path`` holding the run's resolved ``config``.
+
+        Raises ``FileExistsError`` if ``path`` exists: a run is never
+        overwritten (resume it with ``RunStore.open``).
+        """
+        path = Path(path)
+        if not isinstance(config, dict):
+            raise TypeError(f"config must be a dict, not {type(config).__name__}")
+        config_json = _to_json(config, "the run config")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            # "x" claims the path atomically: two runs cannot both create it.
+            with open(path, "x"):
+                pass
+        except FileExistsError:
+            raise FileExistsError(
+                f"run store {path} already exists; resume that run or choose "
+                "another run directory"
+            ) from None
+        try:
+            conn = connect(path, readonly=False, busy_timeout_s=busy_timeout_s)
+            try:
+                create_tables(
+                    conn, {"config": config_json, "created_at": repr(time.time())}
+                )
+            except BaseException:
+                conn.close()
+                raise
+        except BaseException:
+            # Leave no half-made store behind to block the next attempt.
+            for suffix in ("", "-wal", "-shm"):
+                Path(f"{path}{suffix}").unlink(missing_ok=True)
+            raise
+        logger.info("created run store %s", path)
+        return cls(conn, path, readonly=False)
+
+    @classmethod
+    def open(
+        cls, path: str | os.PathLike, readonly: bool = False,
+        busy_timeout_s: float = DEFAULT_BUSY_TIMEOUT_S,
+    ) -> "RunStore":
+        """Open an existing store; ``readonly`` for a reader beside a live writer.
+
+        Raises ``FileNotFoundError`` if there is no file, ``StoreError`` if it is
+        not a run store and ``SchemaVersionError`` if a newer kevo wrote it.
+        """
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"no run store at {path}")
+        conn = connect(path, readonly=readonly, busy_timeout_s=busy_timeout_s)
+        try:
+            check_schema(conn, path)
+        except BaseException:
+            conn.close()
+            raise
+        return cls(conn, path, readonly=readonly)
+
+    def close(self) -> None:
+        """Close the connection; every write was committed already."""
+        self._conn.close()
+
+    def __enter__(self) -> "RunStore":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- the run --------------------------------------------------------------
+
+    def config(self) -> dict:
+        """The resolved config the run was created with."""
+        row = self._conn.execute("SELECT value FROM meta WHERE key = 'config'").fetchone()
+        return json.loads(row[0])
+
+    # -- individuals ----------------------------------------------------------
+
+    def add_individual(self, ind: Individual) -> int:
+        """Store ``ind`` with its parents, in one transaction; return its new id.
+
+        ``ind.status`` is normally ``None`` or ``"pending"`` (no result yet, see
+        ``set_result``); an individual that already has a result may be stored
+        with it. Every parent must already be in the store.
+        """
+        check_individual(ind)
+        status = status_text(ind.status) if ind.status is not None else PENDING
+        if status == PENDING:
+            if ind.result is not None or ind.runtime_ms is not None:
+                raise ValueError("a pending individual has no result or runtime_ms")
+            finished_at = None
+        else:
+            check_result(ind.result, status, ind.runtime_ms)
+            finished_at = ind.finished_at or time.time()
+        params_json = _to_json(ind.params, "params")
+        result_json = None if ind.result is None else _to_json(ind.result, "the result")
+        with self._write() as conn:
+            missing = set(ind.parents) - self._existing_ids(ind.parents)
+            if missing:
+                raise ValueError(f"parents not in the store: {sorted(missing)}")
+            cursor = conn.execute(
+                "INSERT INTO individuals (source, source_hash, generation, island,"
+                " operator, params, status, runtime_ms, result, created_at,"
+                " finished_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (ind.source, ind.source_hash, ind.generation, ind.island,
+                 ind.operator, params_json, status, ind.runtime_ms, result_json,
+                 ind.created_at or time.time(), finished_at),
+            )
+            ind_id = cursor.lastrowid
+            conn.executemany(
+                "INSERT INTO parents (individual_id, parent_id, position) VALUES (?, ?, ?)",
+                [(ind_id, parent, pos) for pos, parent in enumerate(ind.parents)],
+            )
+        return ind_id
+
+    def set_result(
+        self, ind_id: int, result: dict, status: str, runtime_ms: float | None
+    ) -> None:
+        """Store the evaluation record of a pending individual.
+
+        ``status`` and ``runtime_ms`` must agree with ``result`` where it holds
+        them; an ``accepted`` result needs a runtime. Raises ``KeyError`` for an
+        unknown id and ``StoreError`` if the individual already has a result.
+        """
+        status = status_text(status)
+        check_result(result, status, runtime_ms)
+        result_json = _to_json(result, f"the result of individual {ind_id}")
+        with self._write() as conn:
+            cursor = conn.execute(
+                "UPDATE individuals SET status = ?, runtime_ms = ?, result = ?,"
+                " finished_at = ? WHERE id = ? AND status = ?",
+                (status, runtime_ms, result_json, time.time(), ind_id, PENDING),
+            )
+            if cursor.rowcount == 0:
+                row = conn.execute(
+                    "SELECT status FROM individuals WHERE id = ?", (ind_id,)
+                ).fetchone()
+                if row is None:
+                    raise KeyError(f"no individual {ind_id} in {self.path}")
+                raise StoreError(
+                    f"individual {ind_id} already has a result (status {row[0]!r}); "
+                    "a stored verdict is never overwritten"
+                )
+
+    def get(self, ind_id: int) -> Individual:
+        """The individual with id ``ind_id``; ``KeyError`` if there is none."""
+        found = self._select("WHERE id = ?", (ind_id,))
+        if not found:
+            raise KeyError(f"no individual {ind_id} in {self.path}")
+        return found[0]
+
+    def individuals(self, status: str | None = None) -> list[Individual]:
+        """All individuals in insertion order, or those with ``status``."""
+        if status is None:
+            return self._select("ORDER BY id")
+        return self._select("WHERE status = ? ORDER BY id", (status_text(status),))
+
+    def pending(self) -> list[Individual]:
+        """Individuals added without a result yet: in flight when a run died."""
+        return self.individuals(PENDING)
+
+    def has_source_hash(self, source_hash: str) -> Individual | None:
+        """The first individual stored with ``source_hash``, or ``None``."""
+        found = self._select("WHERE source_hash = ? ORDER BY id LIMIT 1", (source_hash,))
+        return found[0] if found else None
+
+    def best(self, n: int = 1) -> list[Individual]:
+        """Up to ``n`` accepted individuals, fastest first (ties: oldest first)."""
+        return self._select(
+            "WHERE status = ? AND runtime_ms IS NOT NULL"
+            " ORDER BY runtime_ms, id LIMIT ?", (ACCEPTED, n),
+        )
+
+    def count(self, status: str | None = None) -> int:
+        """How many individuals there are, or how many have ``status``."""
+        if status is None:
+            return self._conn.execute("SELECT COUNT(*) FROM individuals").fetchone()[0]
+        return self._conn.execute(
+            "SELECT COUNT(*) FROM individuals WHERE status = ?", (status_text(status),)
+        ).fetchone()[0]
+
+    def status_counts(self) -> dict[str, int]:
+        """``{status: count}`` over all individuals, ``"pending"`` included."""
+        rows = self._conn.execute(
+            "SELECT status, COUNT(*) FROM individuals GROUP BY status ORDER BY status"
+        )
+        return dict(rows.fetchall())
+
+    def lineage(self, ind_id: int) -> list[Individual]:
+        """Every ancestor of ``ind_id`` (through all parents), oldest first.
+
+        The individual itself is not included; a seed has an empty lineage.
+        """
+        self.get(ind_id)  # KeyError for an unknown id rather than []
+        return self._select(
+            "WHERE id IN (WITH RECURSIVE ancestor(id) AS ("
+            " SELECT parent_id FROM parents WHERE individual_id = ?"
+            " UNION SELECT p.parent_id FROM parents p"
+            " JOIN ancestor a ON p.individual_id = a.id)"
+            " SELECT id FROM ancestor) ORDER BY id", (ind_id,),
+        )
+
+    # -- resume state and events ----------------------------------------------
+
+    def put_state(self, key: str, value: dict) -> None:
+        """Store (or replace) the resume state under ``key``, as JSON."""
+        if not isinstance(value, dict):
+            raise TypeError(f"state {key!r} must be a dict, not {type(value).__name__}")
+        value_json = _to_json(value, f"state {key!r}")
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO state (key, value, updated_at) VALUES (?, ?, ?)"
+                " ON CONFLICT (key) DO UPDATE SET value = excluded.value,"
+                " updated_at = excluded.updated_at",
+                (key, value_json, time.time()),
+            )
+
+    def get_state(self, key: str) -> dict | None:
+        """The state stored under ``key`` (tuples come back as lists), or ``None``."""
+        row = self._conn.execute("SELECT value FROM state WHERE key = ?", (key,)).fetchone()
+        return None if row is None else json.loads(row[0])
+
+    def record_event(self, kind: str, data: dict) -> None:
+        """Record something the run should show later, e.g. a degraded mode."""
+        data_json = _to_json(data, f"event {kind!r}")
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO events (kind, data, created_at) VALUES (?, ?, ?)",
+                (kind, data_json, time.time()),
+            )
+
+    def events(self, kind: str | None = None) -> list[dict]:
+        """Events in order, as ``{"id", "kind", "data", "created_at"}`` dicts."""
+        query = "SELECT id, kind, data, created_at FROM events"
+        args: tuple = ()
+        if kind is not None:
+            query, args = query + " WHERE kind = ?", (kind,)
+        rows = self._conn.execute(query + " ORDER BY id", args).fetchall()
+        return [
+            {"id": id_, "kind": kind_, "data": json.loads(data), "created_at": created}
+            for id_, kind_, data, created in rows
+        ]
+
+    # -- helpers ---------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One transaction, committed before the caller's write returns.
+
+        ``BEGIN IMMEDIATE`` (rather than ``with conn:``'s deferred start) takes
+        the write lock first, so the busy timeout covers waiting for it and a
+        read-then-write inside the transaction cannot fail half-way.
+        """
+        if self.readonly:
+            raise StoreError(f"run store {self.path} was opened read-only")
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._conn
+            self._conn.execute("COMMIT")
+        except BaseException:
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            raise
+
+    def _existing_ids(self, ids: list[int]) -> set[int]:
+        found: set[int] = set()
+        unique = sorted(set(ids))
+        for start in range(0, len(unique), _CHUNK):
+            chunk = unique[start:start + _CHUNK]
+            marks = ", ".join("?" * len(chunk))
+            found.update(row[0] for row in self._conn.execute(
+                f"SELECT id FROM individuals WHERE id IN ({marks})", chunk))
+        return found
+
+    def _select(self, clause: str, args: tuple = ()) -> list[Individual]:
+        """Individuals of ``SELECT ... FROM individuals {clause}``, with parents."""
+        rows = self._conn.execute(
+            f"SELECT {_COLUMNS} FROM individuals {clause}", args
+        ).fetchall()
+        # Parents are written with their child in one transaction and never
+        # change, so reading them in a second statement is consistent.
+        parents: dict[int, list[int]] = {row[0]: [] for row in rows}
+        ids = list(parents)
+        for start in range(0, len(ids), _CHUNK):
+            chunk = ids[start:start + _CHUNK]
+            marks = ", ".join("?" * len(chunk))
+            for child, parent in self._conn.execute(
+                f"SELECT individual_id, parent_id FROM parents"
+                f" WHERE individual_id IN ({marks}) ORDER BY individual_id, position",
+                chunk,
+            ):
+                parents[child].append(parent)
+        return [_individual(row, parents[row[0]]) for row in rows]
+
+
+def _individual(row: tuple, parents: list[int]) -> Individual:
+    (id_, source, hash_, generation, island, operator, params, status,
+     runtime_ms, result, created_at, finished_at) = row
+    return Individual(
+        id=id_, source=source, source_hash=hash_, generation=generation,
+        island=island, operator=operator, parents=parents,
+        params=json.loads(params), status=status, runtime_ms=runtime_ms,
+        result=None if result is None else json.loads(result),
+        created_at=created_at, finished_at=finished_at,
+    )
+
+
+def _to_json(value: Any, what: str) -> str:
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{what} cannot be stored as JSON: {exc}") from exc
