@@ -58,9 +58,7 @@ def check_space(source: str, space: SpaceLike) -> None:
     """
     declared = _as_space(space)
     tunables = find_tunables(source)
-    unknown = declared.unknown_names([t.name for t in tunables])
-    if unknown:
-        raise SpaceError(f"{declared.origin}: {unknown} name no tunable; the candidate has {[t.name for t in tunables]}")
+    _require_known_names(declared, tunables)
     _resolve(source, tunables, declared)
 
 
@@ -107,7 +105,7 @@ def crossover(source_a: str, source_b: str, rng: random.Random, space: SpaceLike
     values_b = {t.name: t.value for t in tunables_b}
     options = {}
     for name in values_a:
-        pair = (values_a[name], values_b[name]) if values_a[name] != values_b[name] else (values_a[name],)
+        pair = tuple(dict.fromkeys((values_a[name], values_b[name])))  # one value when they agree
         inside = tuple(v for v in pair if v in allowed_a[name] or v in allowed_b[name])
         options[name] = inside or pair[:1]
     combinations = math.prod(len(o) for o in options.values())
@@ -135,11 +133,16 @@ def _as_space(space: SpaceLike) -> SearchSpace:
 
 def _resolve(source: str, tunables: list[Tunable], space: SpaceLike) -> dict[str, tuple[int, ...]]:
     in_file = read_declared_space(source)
-    unknown = in_file.unknown_names([t.name for t in tunables])
-    if unknown:
-        raise SpaceError(f"{in_file.origin}: {unknown} name no tunable; the candidate has {[t.name for t in tunables]}")
+    _require_known_names(in_file, tunables)
     declared = _as_space(space).over(in_file)
     return {t.name: declared.choices(t.name, t.kind, t.value) for t in tunables}
+
+
+def _require_known_names(space: SearchSpace, tunables: list[Tunable]) -> None:
+    names = [t.name for t in tunables]
+    unknown = space.unknown_names(names)
+    if unknown:
+        raise SpaceError(f"{space.origin}: {unknown} name no tunable; the candidate's tunables are {names}")
 
 
 def _skeleton(source: str, tunables: list[Tunable]) -> tuple[list[str], str]:

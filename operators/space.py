@@ -97,7 +97,8 @@ class SearchSpace:
     def from_mapping(cls, mapping: Mapping[str, Sequence[int]], origin: str = "config") -> SearchSpace:
         """Check and normalise ``{name: [values, ...]}`` (values sorted, duplicates dropped)."""
         if not isinstance(mapping, Mapping):
-            raise SpaceError(f"{origin}: a search space must be a dict of name -> list of ints, got {type(mapping).__name__}")
+            kind = type(mapping).__name__
+            raise SpaceError(f"{origin}: a search space must be a dict of name -> list of ints, got a {kind}")
         declared = {}
         for name, values in mapping.items():
             if not isinstance(name, str):
@@ -160,5 +161,6 @@ def read_declared_space(source: str) -> SearchSpace:
     try:
         literal = ast.literal_eval(value)
     except ValueError as error:
-        raise SpaceError(f"{origin} (line {lineno}): must be a dict literal of name -> list of ints ({error})") from None
+        message = f"{origin} (line {lineno}): must be a dict literal of name -> list of ints ({error})"
+        raise SpaceError(message) from None
     return SearchSpace.from_mapping(literal, origin)

@@ -4,7 +4,7 @@ A tunable is one integer literal in the source whose value can change without
 changing what the kernel computes, given a correct kernel:
 
 - ``num_warps``, ``num_stages`` and ``num_ctas`` given to a launch
-  ``kernel[grid](...)`` of a ``@triton.jit`` function;
+  ``kernel[grid](...)`` of a module-level ``@triton.jit`` function;
 - a launch keyword that names a ``tl.constexpr`` parameter of the launched
   kernel and holds a power of two (``BLOCK_SIZE=1024``);
 - for either of those, when the keyword holds a local name instead of a
@@ -168,11 +168,13 @@ def _jit_kernels(tree: ast.Module) -> dict[str, _Kernel]:
             _decorator_name(d) in ("triton.jit", "jit") for d in node.decorator_list
         ):
             params = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
-            constexprs = frozenset(
-                p.arg for p in params if p.annotation is not None and _dotted(p.annotation).split(".")[-1] == "constexpr"
-            )
+            constexprs = frozenset(p.arg for p in params if p.annotation is not None and _is_constexpr(p.annotation))
             kernels[node.name] = _Kernel(node, constexprs)
     return kernels
+
+
+def _is_constexpr(annotation: ast.expr) -> bool:
+    return _dotted(annotation).split(".")[-1] == "constexpr"
 
 
 def _int_literal(node: ast.expr | None) -> int | None:
@@ -214,7 +216,11 @@ def _config_tunables(prefix: str, config: ast.expr, kernel: _Kernel) -> Iterator
     options: list[tuple[str, ast.expr]] = [(k.arg, k.value) for k in config.keywords if k.arg]
     meta = config.args[0] if config.args else next((k.value for k in config.keywords if k.arg == "kwargs"), None)
     if isinstance(meta, ast.Dict):
-        options += [(k.value, v) for k, v in zip(meta.keys, meta.values) if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+        options += [
+            (key.value, value)
+            for key, value in zip(meta.keys, meta.values)
+            if isinstance(key, ast.Constant) and isinstance(key.value, str)
+        ]
     for option, node in options:
         value = _int_literal(node)
         kind = _kind_of(option, kernel, value) if value is not None else None
@@ -232,7 +238,9 @@ def _scope_nodes(scope: ast.AST) -> Iterator[ast.AST]:
             stack.extend(reversed(list(ast.iter_child_nodes(node))))
 
 
-def _launch_tunables(scope: ast.AST, kernels: Mapping[str, _Kernel], launches_seen: dict[str, int]) -> Iterator[Tunable]:
+def _launch_tunables(
+    scope: ast.AST, kernels: Mapping[str, _Kernel], launches_seen: dict[str, int]
+) -> Iterator[Tunable]:
     """Tunables of the launches written directly in ``scope`` (a module or a function)."""
     nodes = list(_scope_nodes(scope))
     launches = sorted(
@@ -298,8 +306,8 @@ def _sole_int_assignment(scope: ast.AST, nodes: list[ast.AST], variable: str) ->
         return None
     target = bindings[0]
     for node in nodes:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and node.targets[0] is target and _int_literal(node.value) is not None:
-            return node.value
-        if isinstance(node, ast.AnnAssign) and node.target is target and _int_literal(node.value) is not None:
-            return node.value
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and node.targets[0] is target:
+            return node.value if _int_literal(node.value) is not None else None
+        if isinstance(node, ast.AnnAssign) and node.target is target:
+            return node.value if _int_literal(node.value) is not None else None
     return None

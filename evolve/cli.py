@@ -1,0 +1,113 @@
+"""The ``kevo`` command line (see DESIGN.md, "Command line")."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+
+from fitness import CutoffError, EvalSettings, Evaluator, ProblemError
+from platforms import PLATFORM_NAMES, PlatformUnavailable
+
+EXIT_ACCEPTED, EXIT_REJECTED, EXIT_UNUSABLE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """Input the user can fix; printed as one line, exit code 2."""
+
+
+def _parse_shape(text: str) -> tuple[str, int]:
+    name, sep, value = text.partition("=")
+    if not sep or not name.isidentifier():
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    try:
+        return name, int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{name}: shape values are integers, got {value!r}") from None
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def _read(path: str, what: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot read {what} {path}: {exc.strerror}") from None
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    source = _read(args.candidate, "candidate file")
+    _read(args.reference, "reference file")
+    settings = EvalSettings(timeout_s=args.timeout) if args.timeout else EvalSettings()
+    with Evaluator(args.reference, platform=args.device, shapes=dict(args.shape or []),
+                   max_abs_diff=args.max_abs_diff, settings=settings) as evaluator:
+        result = evaluator.evaluate(source)
+        record = {**result.to_dict(), "cutoff": evaluator.cutoff,
+                  "shapes": evaluator.main.shapes,
+                  "held_out_shapes": [v.shapes for v in evaluator.held_out]}
+    if args.json:
+        print(json.dumps(record))
+    else:
+        _print_verdict(record)
+    return EXIT_ACCEPTED if result.accepted else EXIT_REJECTED
+
+
+def _print_verdict(r: dict) -> None:
+    print(f"status        {r['status']}")
+    if r["reason"]:
+        print(f"reason        {r['reason']}")
+    if r["max_abs_diff"] is not None:
+        print(f"max_abs_diff  {r['max_abs_diff']:.3g} (cutoff {r['cutoff']:.3g}, {r['checks']} checks)")
+    if r["runtime_ms"] is not None:
+        print(f"runtime       {r['runtime_ms']:.4g} ms (spread {100 * r['runtime_spread']:.1f}%)")
+        print(f"reference     {r['reference_ms']:.4g} ms")
+        print(f"speedup       {r['speedup']:.3f}x")
+    print(f"platform      {r['platform']} ({r['device_name']})")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kevo", description="Evolve faster Triton kernels you can trust.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    verify = sub.add_parser("verify", help="judge one candidate kernel against a reference problem")
+    verify.add_argument("reference", metavar="REFERENCE.py")
+    verify.add_argument("candidate", metavar="CANDIDATE.py")
+    verify.add_argument("--max-abs-diff", type=_positive_float, default=None,
+                        help="cutoff on max |out - ref| (default: the problem's MAX_ABS_DIFF, else 1e-2)")
+    verify.add_argument("--shape", type=_parse_shape, action="append", metavar="NAME=VALUE",
+                        help="override a module-level integer of the problem (repeatable)")
+    verify.add_argument("--device", choices=PLATFORM_NAMES, default="auto")
+    verify.add_argument("--timeout", type=_positive_float, default=None, metavar="SECONDS",
+                        help="time limit per step of the evaluation (default 300)")
+    verify.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    verify.set_defaults(func=cmd_verify)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="kevo: %(message)s", stream=sys.stderr)
+    try:
+        return args.func(args)
+    except (UsageError, ProblemError, CutoffError, PlatformUnavailable) as exc:
+        print(f"kevo {args.command}: {exc}", file=sys.stderr)
+        return EXIT_UNUSABLE
+    except KeyboardInterrupt:
+        print(f"kevo {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

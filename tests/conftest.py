@@ -1,0 +1,73 @@
+"""Shared fixtures: evaluators are expensive to start (a worker imports torch
+and Triton), so one per (problem, shapes) serves a whole test session."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PROBLEMS = ROOT / "problems"
+
+# Small shapes for the CPU interpreter: odd sizes, rows wider than one block.
+SMALL_SHAPES = {
+    "elementwise": {"batch_size": 4, "dim": 100},
+    "softmax": {"batch_size": 4, "dim": 100},
+    "rmsnorm": {"batch_size": 3, "dim": 300},
+    "sum_middle": {"batch_size": 2, "dim1": 37, "dim2": 50},
+    "matmul": {"M": 33, "K": 47, "N": 29},
+    "matvec": {"M": 33, "K": 300},
+}
+
+
+def gpu_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def pytest_collection_modifyitems(config, items):
+    if gpu_available():
+        return
+    skip = pytest.mark.skip(reason="needs a GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+class EvaluatorCache:
+    def __init__(self) -> None:
+        self._cache: dict = {}
+
+    def get(self, problem: str, platform: str = "cpu", shapes: dict | None = None, **kwargs):
+        from fitness import Evaluator
+
+        shapes = SMALL_SHAPES[problem] if shapes is None else shapes
+        key = (problem, platform, tuple(sorted(shapes.items())), repr(sorted(kwargs.items())))
+        if key not in self._cache:
+            self._cache[key] = Evaluator(PROBLEMS / problem / "reference.py", platform=platform,
+                                         shapes=shapes, **kwargs)
+        return self._cache[key]
+
+    def close(self) -> None:
+        for evaluator in self._cache.values():
+            evaluator.close()
+
+
+@pytest.fixture(scope="session")
+def evaluators():
+    cache = EvaluatorCache()
+    yield cache
+    cache.close()
+
+
+@pytest.fixture(scope="session")
+def device_kind() -> str:
+    return "cuda" if gpu_available() else "cpu"
+
+
+os.environ.setdefault("PYTHONUNBUFFERED", "1")

@@ -1,0 +1,82 @@
+"""Loading problems in KernelBench's format with shape overrides."""
+
+from __future__ import annotations
+
+import pytest
+
+from fitness.problem import ProblemError, derive_held_out, held_out_shapes, load_problem, shape_knobs
+
+LEVEL2_STYLE = """
+import torch
+import torch.nn as nn
+
+batch_size = 128
+in_features = 64
+out_features = 8192
+bias_shape = (out_features,)
+
+class Model(nn.Module):
+    def __init__(self, in_features, out_features, bias_shape):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)
+        self.bias = nn.Parameter(torch.randn(bias_shape))
+    def forward(self, x):
+        return self.linear(x) + self.bias
+
+def get_inputs():
+    return [torch.randn(batch_size, in_features)]
+
+def get_init_inputs():
+    return [in_features, out_features, bias_shape]
+"""
+
+
+@pytest.fixture
+def level2(tmp_path):
+    path = tmp_path / "reference.py"
+    path.write_text(LEVEL2_STYLE)
+    return path
+
+
+def test_override_takes_effect_before_derived_constants(level2):
+    problem = load_problem(level2, {"out_features": 5, "batch_size": 3})
+    assert problem.module.bias_shape == (5,)
+    model = problem.Model(*problem.get_init_inputs())
+    (x,) = problem.get_inputs()
+    assert model(x).shape == (3, 5)
+
+
+def test_knobs_are_the_module_level_integers(level2):
+    assert [k.name for k in shape_knobs(level2)] == ["batch_size", "in_features", "out_features"]
+
+
+def test_unknown_override_names_the_knobs(level2):
+    with pytest.raises(ProblemError, match="batch_size, in_features, out_features"):
+        load_problem(level2, {"batch": 3})
+
+
+def test_missing_and_broken_files_are_problem_errors(tmp_path):
+    with pytest.raises(ProblemError, match="cannot read"):
+        load_problem(tmp_path / "nope.py")
+    bad = tmp_path / "bad.py"
+    bad.write_text("def (:\n")
+    with pytest.raises(ProblemError, match="does not parse"):
+        load_problem(bad)
+    incomplete = tmp_path / "incomplete.py"
+    incomplete.write_text("x = 1\n")
+    with pytest.raises(ProblemError, match="does not define Model"):
+        load_problem(incomplete)
+
+
+def test_derived_held_out_shapes_are_odd_smaller_and_skip_structural_constants(level2):
+    (variant,) = held_out_shapes(level2, {"batch_size": 16})
+    assert variant == {"batch_size": 11, "in_features": 47, "out_features": 6143}
+    for value in (8, 16, 100, 1024, 65536):
+        new = derive_held_out(value)
+        assert new < value and new % 2 == 1
+
+
+def test_declared_held_out_shapes_win(tmp_path):
+    path = tmp_path / "reference.py"
+    path.write_text(LEVEL2_STYLE + "\nHELD_OUT_SHAPES = [{'batch_size': 7}]\n")
+    assert held_out_shapes(path) == [{"batch_size": 7}]
