@@ -163,7 +163,14 @@ class Evaluator:
 
     # -- the candidate side ------------------------------------------------------
 
-    def _get_worker(self) -> WorkerProcess:
+    def _get_worker(self, check: bool = False) -> WorkerProcess:
+        if check and self._worker is not None:
+            # A worker that died between evaluations must not be charged to the
+            # next candidate: make sure it still answers before handing it one.
+            try:
+                self._worker.request({"step": "ping"}, timeout=30)
+            except WorkerGone:
+                self._discard_worker()
         if self._worker is None or not self._worker.alive():
             if self._worker is not None:
                 self._worker.close()
@@ -199,6 +206,7 @@ class Evaluator:
             if not verdict.ok:
                 return EvalResult(Status(verdict.status), verdict.reason, **base)
         try:
+            self._get_worker(check=True)
             return self._evaluate(source, base)
         except WorkerGone as gone:
             return EvalResult(Status(gone.status), gone.reason, **base)

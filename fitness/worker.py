@@ -254,6 +254,8 @@ class Harness:
                 reply, tensors = self.call(message["seed"], message["poison"])
             elif step == "time":
                 reply, tensors = self.time(message["seeds"], message["check_runs"], message["poison"], message["timing"])
+            elif step == "ping":
+                reply, tensors = {"ok": True}, []
             elif step == "info":
                 reply, tensors = {"ok": True, "env": sorted(os.environ)}, []
             else:

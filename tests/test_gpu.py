@@ -1,0 +1,69 @@
+"""On a GPU: side streams, a poisoned CUDA context, and timing. Skipped without a GPU."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from tests.conftest import PROBLEMS
+
+from fitness import Evaluator, Status
+
+pytestmark = pytest.mark.gpu
+
+SEED = (PROBLEMS / "elementwise" / "seed.py").read_text()
+LAUNCH = "gated_mul_kernel[grid](x, y, out, n_elements, BLOCK_SIZE=1024, num_warps=4)"
+SHAPES = {"batch_size": 4096, "dim": 16384}
+
+
+@pytest.fixture(scope="module")
+def gpu_evaluator():
+    evaluator = Evaluator(PROBLEMS / "elementwise" / "reference.py", platform="auto", shapes=SHAPES)
+    yield evaluator
+    evaluator.close()
+
+
+def repeated(times: int, stream: bool) -> str:
+    """The seed with its launch repeated ``times``, on a side stream if ``stream``."""
+    assert LAUNCH in SEED
+    body = f"for _ in range({times}):\n            {LAUNCH}"
+    if stream:
+        body = ("side = torch.cuda.Stream()\n        side.wait_stream(torch.cuda.current_stream())\n"
+                f"        with torch.cuda.stream(side):\n            for _ in range({times}):\n"
+                f"                {LAUNCH}")
+    return SEED.replace(LAUNCH, body, 1)
+
+
+def test_work_hidden_on_a_side_stream_is_counted(gpu_evaluator):
+    main = gpu_evaluator.evaluate(repeated(20, stream=False))
+    side = gpu_evaluator.evaluate(repeated(20, stream=True))
+    assert main.status is Status.ACCEPTED, main.reason
+    assert side.status is Status.ACCEPTED, side.reason
+    # the side-stream version does the same work; it must not look faster
+    assert side.runtime_ms >= 0.8 * main.runtime_ms, (side.runtime_ms, main.runtime_ms)
+
+
+def test_illegal_memory_access_costs_one_worker(gpu_evaluator):
+    wild = SEED.replace("tl.store(out_ptr + offsets", "tl.store(out_ptr + offsets + (1 << 40)", 1)
+    assert wild != SEED
+    result = gpu_evaluator.evaluate(wild)
+    assert result.status in (Status.CRASHED, Status.RUNTIME_ERROR), result.reason
+    # the evaluator's own context is intact and a fresh worker takes over
+    after = gpu_evaluator.evaluate(SEED)
+    assert after.status is Status.ACCEPTED, after.reason
+
+
+def test_timing_is_stable_and_agrees_with_triton_do_bench(gpu_evaluator):
+    import torch
+    import triton.testing
+
+    runs = [gpu_evaluator.evaluate(SEED) for _ in range(3)]
+    assert all(r.status is Status.ACCEPTED for r in runs)
+    medians = [r.runtime_ms for r in runs]
+    assert (max(medians) - min(medians)) / statistics.median(medians) < 0.10, medians
+    # the reference's time, measured independently in this process
+    x = torch.randn(SHAPES["batch_size"], SHAPES["dim"], device="cuda")
+    y = torch.randn_like(x)
+    eager = triton.testing.do_bench(lambda: x * torch.sigmoid(y), return_mode="median")
+    assert 0.5 < runs[0].reference_ms / eager < 2.0, (runs[0].reference_ms, eager)

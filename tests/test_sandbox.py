@@ -1,0 +1,92 @@
+"""The worker process: no secrets, failures cost one worker, which is replaced."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.conftest import PROBLEMS
+
+from fitness import EvalSettings, Status
+from fitness.sandbox import WorkerProcess, worker_environment
+
+SEED = (PROBLEMS / "elementwise" / "seed.py").read_text()
+
+
+def with_forward_prefix(lines: str) -> str:
+    """The elementwise seed with ``lines`` run at the start of forward."""
+    marker = "    def forward(self, x, y):\n"
+    assert marker in SEED
+    body = "".join(f"        {line}\n" for line in lines.splitlines())
+    return SEED.replace(marker, marker + body, 1)
+
+
+def test_secrets_never_reach_the_worker(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-secret")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-secret")
+    monkeypatch.setenv("MY_SERVICE_TOKEN", "t0ken")
+    monkeypatch.setenv("KEVO_HARMLESS", "1")
+    worker = WorkerProcess("cpu", 0, {"TRITON_INTERPRET": "1"}, startup_timeout=120)
+    try:
+        reply, _ = worker.request({"step": "info"}, timeout=60)
+    finally:
+        worker.kill()
+        worker.close()
+    assert "KEVO_HARMLESS" in reply["env"] and "TRITON_INTERPRET" in reply["env"]
+    for name in ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "MY_SERVICE_TOKEN"):
+        assert name not in reply["env"]
+
+
+def test_worker_environment_filters_by_name_pattern():
+    env = worker_environment({"HF_TOKEN": "x", "AWS_SECRET_ACCESS_KEY": "y", "PATH": "/bin",
+                              "GITHUB_TOKEN": "z", "db_password": "p"}, {"A": "1"})
+    assert set(env) == {"PATH", "A", "PYTHONPATH", "PYTHONUNBUFFERED"}
+
+
+def test_hang_times_out_and_the_worker_is_replaced(evaluators):
+    from fitness import Evaluator
+
+    evaluator = Evaluator(PROBLEMS / "elementwise" / "reference.py", platform="cpu",
+                          shapes={"batch_size": 4, "dim": 100},
+                          settings=EvalSettings(timeout_s=8))
+    try:
+        result = evaluator.evaluate(with_forward_prefix("while True:\n    pass"))
+        assert result.status is Status.TIMEOUT
+        assert "killed" in result.reason
+        assert evaluator.evaluate(SEED).status is Status.ACCEPTED
+    finally:
+        evaluator.close()
+
+
+def test_out_of_memory_request_is_a_result(evaluators):
+    evaluator = evaluators.get("elementwise")
+    result = evaluator.evaluate(with_forward_prefix("junk = torch.empty(1 << 46, dtype=torch.uint8)"))
+    assert result.status is Status.OUT_OF_MEMORY, result.reason
+    assert evaluator.evaluate(SEED).status is Status.ACCEPTED
+
+
+def test_raising_system_exit_is_a_runtime_error_not_a_dead_harness(evaluators):
+    evaluator = evaluators.get("elementwise")
+    result = evaluator.evaluate(with_forward_prefix("raise SystemExit(0)"))
+    assert result.status is Status.RUNTIME_ERROR, result.reason
+    assert evaluator.evaluate(SEED).status is Status.ACCEPTED
+
+
+def test_killed_worker_is_a_crash_and_is_replaced(evaluators):
+    evaluator = evaluators.get("elementwise")
+    assert evaluator.evaluate(SEED).status is Status.ACCEPTED
+    pid = evaluator._worker.process.pid
+    os.kill(pid, 9)
+    # the next evaluation notices the dead worker and starts a fresh one
+    assert evaluator.evaluate(SEED).status is Status.ACCEPTED
+    assert evaluator._worker.process.pid != pid
+
+
+@pytest.mark.parametrize("snippet, status", [
+    ("raise ValueError('nope')", Status.RUNTIME_ERROR),
+    ("return x", Status.FORBIDDEN),  # no Triton launch at run time
+])
+def test_known_failures_are_results(evaluators, snippet, status):
+    result = evaluators.get("elementwise").evaluate(with_forward_prefix(snippet))
+    assert result.status is status, result.reason
