@@ -8,6 +8,13 @@ import logging
 import sys
 from pathlib import Path
 
+from rich.console import Console
+
+from evolve.config import ConfigError
+from evolve.loop import SearchError
+from evolve.progress import Progress
+from evolve.report import PLOT_FILE, build_report, format_counts, print_report, write_plot
+from evolve.session import RunError, open_store, resume_run, start_run
 from fitness import CutoffError, EvalSettings, Evaluator, ProblemError
 from platforms import PLATFORM_NAMES, PlatformUnavailable
 
@@ -75,6 +82,78 @@ def _print_verdict(r: dict) -> None:
     print(f"platform      {r['platform']} ({r['device_name']})")
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    return _search(args, lambda progress: start_run(args.config, args.run_dir, progress))
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    return _search(args, lambda progress: resume_run(args.run_dir, progress))
+
+
+def _search(args: argparse.Namespace, drive) -> int:
+    """Drive a run with the progress line on stderr; stdout gets the run directory only."""
+    console = Console(stderr=True, soft_wrap=True)
+    _log_through(console, args.verbose)
+    progress = Progress(console)
+    try:
+        reason = drive(progress)
+    except KeyboardInterrupt:
+        progress.close()
+        print(f"kevo {args.command}: interrupted; continue with 'kevo resume {progress.run_dir or 'RUN_DIR'}'",
+              file=sys.stderr)
+        return 130
+    finally:
+        progress.close()
+    console.print(f"kevo: stopped: {reason}; see 'kevo report {progress.run_dir}'", highlight=False)
+    print(progress.run_dir)
+    return 0
+
+
+def _log_through(console: Console, verbose: bool) -> None:
+    """Log lines go through the progress console, so they print above the live line."""
+
+    class ConsoleHandler(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            console.print(f"kevo: {self.format(record)}", highlight=False, markup=False)
+
+    root = logging.getLogger()
+    root.handlers[:] = [ConsoleHandler()]
+    root.setLevel(logging.INFO if verbose else logging.WARNING)
+    logging.getLogger("evolve").setLevel(logging.INFO)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    with open_store(args.run_dir, readonly=True) as store:
+        report = build_report(store, Path(args.run_dir))
+        report["plot"] = str(write_plot(store, Path(args.run_dir) / PLOT_FILE))
+    if args.json:
+        print(json.dumps(report))
+    else:
+        # Off a terminal (a pipe, a file) tables get room instead of the default 80 columns.
+        print_report(report, Console(width=None if sys.stdout.isatty() else 160))
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    with open_store(args.run_dir, readonly=True) as store:
+        best = store.best(1)
+        counts = store.status_counts()
+    if not best:
+        raise UsageError(f"{args.run_dir} has no accepted kernel to export ({format_counts(counts)})")
+    kernel = best[0]
+    if args.output is None:
+        sys.stdout.write(kernel.source)
+        return 0
+    try:
+        Path(args.output).write_text(kernel.source, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write {args.output}: {exc.strerror}") from None
+    speedup = kernel.result.get("speedup")
+    print(f"kevo export: wrote kernel {kernel.id} ({kernel.runtime_ms:.4g} ms"
+          + (f", {speedup:.3g}x" if speedup else "") + f") to {args.output}", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kevo", description="Evolve faster Triton kernels you can trust.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
@@ -92,6 +171,27 @@ def build_parser() -> argparse.ArgumentParser:
                         help="time limit per step of the evaluation (default 300)")
     verify.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     verify.set_defaults(func=cmd_verify)
+
+    run = sub.add_parser("run", help="start an evolutionary search described by a YAML config")
+    run.add_argument("config", metavar="CONFIG.yaml")
+    run.add_argument("--run-dir", metavar="DIR", default=None,
+                     help="where the run is stored (default: runs/<config stem>-<timestamp>)")
+    run.set_defaults(func=cmd_run)
+
+    resume = sub.add_parser("resume", help="continue a stopped or killed run to its budget")
+    resume.add_argument("run_dir", metavar="RUN_DIR")
+    resume.set_defaults(func=cmd_resume)
+
+    report = sub.add_parser("report", help="what a run found: top kernels, statuses, a plot, the best lineage")
+    report.add_argument("run_dir", metavar="RUN_DIR")
+    report.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    report.set_defaults(func=cmd_report)
+
+    export = sub.add_parser("export", help="the source of a run's best accepted kernel")
+    export.add_argument("run_dir", metavar="RUN_DIR")
+    export.add_argument("-o", "--output", metavar="BEST.py", default=None,
+                        help="write it to this file (default: stdout)")
+    export.set_defaults(func=cmd_export)
     return parser
 
 
@@ -101,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="kevo: %(message)s", stream=sys.stderr)
     try:
         return args.func(args)
-    except (UsageError, ProblemError, CutoffError, PlatformUnavailable) as exc:
+    except (UsageError, ProblemError, CutoffError, PlatformUnavailable, ConfigError, RunError, SearchError) as exc:
         print(f"kevo {args.command}: {exc}", file=sys.stderr)
         return EXIT_UNUSABLE
     except KeyboardInterrupt:

@@ -49,7 +49,7 @@ def compare(outputs: Sequence[torch.Tensor], references: Sequence[torch.Tensor],
             return Comparison("wrong", math.inf, f"{label} has shape {tuple(out.shape)}, expected {tuple(ref.shape)}")
         if out.dtype != ref.dtype:
             return Comparison("wrong", math.inf, f"{label} has dtype {out.dtype}, expected {ref.dtype}")
-        o, r = out.to(torch.float64), ref.to(torch.float64)
+        o, r = out.to(device=ref.device, dtype=torch.float64), ref.to(torch.float64)
         finite = torch.isfinite(r)
         bad = finite & ~torch.isfinite(o)
         if bool(bad.any()):
@@ -77,7 +77,7 @@ def _trivial_outputs(ref: torch.Tensor, inputs: Sequence) -> dict[str, torch.Ten
         trivial["a constant (the mean)"] = torch.full_like(ref, float(finite.to(torch.float64).mean()))
     for j, x in enumerate(inputs):
         if isinstance(x, torch.Tensor) and x.shape == ref.shape:
-            trivial[f"input {j}"] = x.to(ref.dtype)
+            trivial[f"input {j}"] = x.to(device=ref.device, dtype=ref.dtype)
     return trivial
 
 

@@ -11,6 +11,7 @@ import logging
 import os
 import re
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -54,6 +55,15 @@ def worker_environment(base: dict[str, str], extra: dict[str, str]) -> dict[str,
     return env
 
 
+def _spill_root() -> str | None:
+    """Shared memory when it has room for large outputs, else the temp dir."""
+    try:
+        stat = os.statvfs("/dev/shm")
+    except OSError:
+        return None
+    return "/dev/shm" if stat.f_bavail * stat.f_frsize > (8 << 30) else None
+
+
 class WorkerGone(Exception):
     """The worker died, hung or broke protocol; ``status`` says which."""
 
@@ -71,8 +81,9 @@ class WorkerProcess:
         child_read, parent_write = os.pipe()
         self.log = tempfile.NamedTemporaryFile(prefix="kevo-worker-", suffix=".log", delete=False)
         self.workdir = tempfile.mkdtemp(prefix="kevo-worker-")
+        self.spill_dir = tempfile.mkdtemp(prefix="kevo-spill-", dir=_spill_root())
         argv = [sys.executable, "-m", "fitness.worker", str(child_read), str(child_write),
-                platform_name, str(index), str(memory_limit)]
+                platform_name, str(index), str(memory_limit), self.spill_dir]
         self.process = subprocess.Popen(
             argv,
             pass_fds=(child_read, child_write),
@@ -120,7 +131,7 @@ class WorkerProcess:
 
     def _receive(self, timeout: float) -> tuple[dict[str, Any], list]:
         try:
-            return wire.receive(self.read_fd, timeout)
+            return wire.receive(self.read_fd, timeout, self.spill_dir)
         except wire.ChannelTimeout:
             self.kill()
             raise WorkerGone("timeout", f"no answer within {timeout:g} s; the worker was killed") from None
@@ -177,3 +188,5 @@ class WorkerProcess:
         except OSError:
             pass
         self.log.close()
+        shutil.rmtree(self.spill_dir, ignore_errors=True)
+        shutil.rmtree(self.workdir, ignore_errors=True)

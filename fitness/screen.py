@@ -10,25 +10,37 @@ from __future__ import annotations
 import ast
 import dataclasses
 
+import sys
+
 # Modules a candidate may import (a module or any of its submodules, unless
-# listed in _FORBIDDEN_SUBMODULES).
-ALLOWED_IMPORTS = frozenset(
-    {"torch", "triton", "math", "typing", "functools", "itertools", "operator",
-     "dataclasses", "enum", "__future__"}
+# listed in _FORBIDDEN_SUBMODULES). Everything else in the standard library is
+# a way out: each of operator, functools, typing, dataclasses and enum has a
+# function that turns a string into attribute access or evaluated code.
+ALLOWED_IMPORTS = frozenset({"torch", "triton", "math", "typing", "__future__"})
+# From typing, only names that are plain type constructors.
+SAFE_TYPING = frozenset(
+    {"Any", "Optional", "Union", "List", "Tuple", "Dict", "Sequence", "Callable",
+     "Iterable", "Mapping", "Set", "FrozenSet", "Literal", "Final"}
 )
 # Parts of allowed packages that reach the process, the timers, the compiler
 # driver or native code.
 _FORBIDDEN_SUBMODULES = (
-    "torch.utils", "torch.cuda", "torch.multiprocessing", "torch.distributed",
-    "torch.library", "torch.ops", "torch.hub", "torch.jit", "torch.package",
-    "torch.compiler", "torch.profiler", "torch.autograd", "torch.testing",
+    "torch.utils", "torch.multiprocessing", "torch.distributed", "torch.library",
+    "torch.ops", "torch.hub", "torch.package", "torch.compiler", "torch.profiler",
+    "torch.testing", "torch.serialization", "torch.cuda.graphs", "torch.cuda.jiterator",
     "triton.runtime", "triton.compiler", "triton.backends", "triton.knobs",
     "triton.testing", "triton.tools", "triton.profiler",
 )
+# Packages re-export standard modules (torch.os, torch.ctypes, torch.threading,
+# torch.builtins, ...): an attribute named after a module a candidate may not
+# import is refused wherever it hangs. Names that are also everyday tensor
+# methods, and harmless modules, are let through.
+_HARMLESS_MODULE_NAMES = frozenset({"math", "select", "copy", "array", "abc", "numbers", "random", "typing"})
+_MODULE_ATTRIBUTES = frozenset(sys.stdlib_module_names) - _HARMLESS_MODULE_NAMES
 FORBIDDEN_BUILTINS = frozenset(
     {"eval", "exec", "compile", "open", "__import__", "globals", "locals", "vars",
      "getattr", "setattr", "delattr", "breakpoint", "input", "exit", "quit", "help",
-     "dir", "memoryview", "__builtins__"}
+     "dir", "memoryview", "__builtins__", "type"}
 )
 # Attribute names that lead out of the candidate's lane whatever they hang off.
 FORBIDDEN_ATTRIBUTES = frozenset(
@@ -39,8 +51,15 @@ FORBIDDEN_ATTRIBUTES = frozenset(
      "cudart", "jiterator", "set_", "untyped_storage", "storage", "share_memory_",
      "from_dlpack", "to_dlpack", "register_forward_hook", "register_forward_pre_hook",
      "register_hook", "register_module_forward_hook", "f_globals", "f_locals",
-     "f_back", "f_builtins", "gi_frame", "cr_frame", "tb_frame", "mro"}
-)
+     "f_back", "f_builtins", "gi_frame", "cr_frame", "tb_frame", "mro",
+     # strings turned into attribute access or code
+     "attrgetter", "methodcaller", "get_type_hints", "make_dataclass", "ForwardRef",
+     # computing on the host, outside both Triton and the dispatch trace
+     "tolist", "numpy", "map_", "map2_", "apply_", "from_numpy", "frombuffer",
+     # replaying captured PyTorch work outside the trace
+     "CUDAGraph", "graph", "graphs", "make_graphed_callables", "replay", "capture_begin",
+     "capture_end", "package", "serialization"}
+) | _MODULE_ATTRIBUTES
 ALLOWED_DUNDERS = frozenset({"__init__", "__name__"})
 
 
@@ -92,7 +111,9 @@ class _Screen(ast.NodeVisitor):
 
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
-            if not _import_ok(alias.name):
+            if alias.name == "typing":
+                self.fail(node, "import typing: use from typing import <type names>")
+            elif not _import_ok(alias.name):
                 self.fail(node, f"imports {alias.name}, which candidates may not use")
             if alias.name == "triton.language" and alias.asname:
                 self.language_aliases.add(alias.asname)
@@ -105,6 +126,8 @@ class _Screen(ast.NodeVisitor):
         for alias in node.names:
             if alias.name == "*":
                 self.fail(node, "star imports are not allowed")
+            elif module == "typing" and alias.name not in SAFE_TYPING:
+                self.fail(node, f"imports typing.{alias.name}; only type names may come from typing")
             elif not _import_ok(f"{module}.{alias.name}") and _import_ok(module):
                 self.fail(node, f"imports {module}.{alias.name}, which candidates may not use")
             elif alias.name in FORBIDDEN_ATTRIBUTES or (alias.name == "load" and module != "triton.language"):

@@ -20,13 +20,22 @@ ALLOWED_OPS = frozenset(
     transpose t unsqueeze squeeze flatten unflatten select slice narrow unbind
     split split_with_sizes chunk alias detach movedim contiguous resolve_conj
     resolve_neg view_as_real view_as_complex
-    clone copy_ _to_copy to _local_scalar_dense
+    clone copy_ _to_copy to
     sym_size sym_stride sym_numel sym_storage_offset is_same_size
     """.split()
 )
 # Operators Triton's launcher itself uses (the interpreter stages tensors
 # through host storage); allowed only while a Triton launch is under way.
 LAUNCH_OPS = frozenset({"set_", "cpu", "_to_copy", "copy_", "new_empty", "empty"})
+
+
+# Random initialisation a constructor may do (nn.Linear, nn.Parameter(torch.randn(...))).
+INIT_OPS = frozenset(
+    """
+    uniform_ normal_ randn rand randint random_ randperm bernoulli_ exponential_
+    log_normal_ cauchy_ geometric_ rand_like randn_like randint_like
+    """.split()
+)
 
 
 def op_name(func) -> str:
@@ -41,14 +50,15 @@ class ForbiddenOp(RuntimeError):
 class ComputeTrace(TorchDispatchMode):
     """Refuses aten operators that compute, recording each refusal."""
 
-    def __init__(self) -> None:
+    def __init__(self, extra_ops: frozenset[str] = frozenset()) -> None:
         super().__init__()
         self.violations: list[str] = []
         self.launch_depth = 0
+        self.allowed = ALLOWED_OPS | extra_ops
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = op_name(func)
-        allowed = name in ALLOWED_OPS or (self.launch_depth > 0 and name in LAUNCH_OPS)
+        allowed = name in self.allowed or (self.launch_depth > 0 and name in LAUNCH_OPS)
         if not allowed:
             self.violations.append(name)
             raise ForbiddenOp(f"PyTorch computed with aten.{name}; the work must be done in Triton kernels")

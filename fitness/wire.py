@@ -1,8 +1,10 @@
 """Messages between the trusted evaluator and its worker.
 
 A frame is an 8-byte length, a JSON header and the raw bytes of any tensors
-it carries. Nothing is unpickled: a candidate that reached the pipe could
-forge a message, but never run code in the trusted process.
+it carries. Large tensors travel through a file in a spill directory the
+evaluator chose (shared memory where there is room) instead of the pipe; the
+header says where. Nothing is unpickled: a candidate that reached the channel
+could forge a message, but never run code in the trusted process.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from typing import Any
 
 _LENGTH = struct.Struct("<Q")
 _MAX_HEADER = 16 << 20
+# Tensors larger than this in total go through the spill file.
+SPILL_BYTES = 1 << 20
 
 
 class ChannelClosed(EOFError):
@@ -26,48 +30,70 @@ class ChannelTimeout(TimeoutError):
     """No message within the deadline."""
 
 
-def _dtype_name(dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
-def encode(message: dict[str, Any], tensors: list | None = None) -> bytes:
-    """Frame ``message`` and the contiguous CPU ``tensors`` it refers to."""
+def _host_bytes(t) -> tuple[dict[str, Any], Any]:
     import torch
 
-    blobs, meta = [], []
-    for t in tensors or []:
-        t = t.detach().contiguous().cpu()
-        raw = t.reshape(-1).view(-1)
-        data = raw.view(torch.uint8).numpy().tobytes() if raw.numel() else b""
-        meta.append({"dtype": _dtype_name(t.dtype), "shape": list(t.shape), "nbytes": len(data)})
-        blobs.append(data)
-    header = json.dumps({**message, "tensors": meta}).encode()
-    body = _LENGTH.pack(len(header)) + header + b"".join(blobs)
+    t = t.detach().contiguous().cpu()
+    flat = t.reshape(-1).view(torch.uint8).numpy() if t.numel() else None
+    meta = {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape),
+            "nbytes": 0 if flat is None else int(flat.nbytes)}
+    return meta, flat
+
+
+def encode(message: dict[str, Any], tensors: list | None = None, spill_path: str | None = None) -> bytes:
+    """Frame ``message`` and ``tensors``; large tensors go to ``spill_path`` if given."""
+    parts = [_host_bytes(t) for t in tensors or []]
+    total = sum(meta["nbytes"] for meta, _ in parts)
+    header = {**message, "tensors": [meta for meta, _ in parts]}
+    inline = b""
+    if spill_path and total > SPILL_BYTES:
+        with open(spill_path, "wb") as f:
+            for _, flat in parts:
+                if flat is not None:
+                    flat.tofile(f)
+        header["spill"] = os.path.basename(spill_path)
+    else:
+        inline = b"".join(flat.tobytes() for _, flat in parts if flat is not None)
+    head = json.dumps(header).encode()
+    body = _LENGTH.pack(len(head)) + head + inline
     return _LENGTH.pack(len(body)) + body
 
 
-def decode(body: bytes) -> tuple[dict[str, Any], list]:
+def decode(body: bytes, spill_dir: str | None = None) -> tuple[dict[str, Any], list]:
     import torch
 
     (hlen,) = _LENGTH.unpack_from(body, 0)
     if hlen > _MAX_HEADER or 8 + hlen > len(body):
         raise ValueError("malformed frame header")
     message = json.loads(body[8 : 8 + hlen])
-    tensors, offset = [], 8 + hlen
-    for meta in message.pop("tensors", []):
-        dtype = getattr(torch, meta["dtype"])
+    metas = message.pop("tensors", [])
+    spill = message.pop("spill", None)
+    if spill is not None:
+        if spill_dir is None or os.path.basename(spill) != spill:
+            raise ValueError("unexpected spill file")
+        path = os.path.join(spill_dir, spill)
+        with open(path, "rb") as f:
+            data = bytearray(f.read())
+        os.unlink(path)
+        offset = 0
+    else:
+        data, offset = bytearray(body), 8 + hlen
+    tensors = []
+    for meta in metas:
+        dtype = getattr(torch, str(meta["dtype"]), None)
         if not isinstance(dtype, torch.dtype):
             raise ValueError(f"not a dtype: {meta['dtype']}")
         n = int(meta["nbytes"])
-        chunk = bytearray(body[offset : offset + n])
+        if n < 0 or offset + n > len(data):
+            raise ValueError("tensor bytes missing from the frame")
+        flat = torch.frombuffer(data, dtype=torch.uint8, count=n, offset=offset) if n else torch.empty(0, dtype=torch.uint8)
         offset += n
-        flat = torch.frombuffer(chunk, dtype=torch.uint8) if n else torch.empty(0, dtype=torch.uint8)
         tensors.append(flat.view(dtype).reshape(meta["shape"]))
     return message, tensors
 
 
-def send(fd: int, message: dict[str, Any], tensors: list | None = None) -> None:
-    view = memoryview(encode(message, tensors))
+def send(fd: int, message: dict[str, Any], tensors: list | None = None, spill_path: str | None = None) -> None:
+    view = memoryview(encode(message, tensors, spill_path))
     while view:
         written = os.write(fd, view)
         view = view[written:]
@@ -88,8 +114,10 @@ def _read_exact(fd: int, n: int, deadline: float | None) -> bytes:
     return b"".join(chunks)
 
 
-def receive(fd: int, timeout: float | None = None) -> tuple[dict[str, Any], list]:
+def receive(fd: int, timeout: float | None = None, spill_dir: str | None = None) -> tuple[dict[str, Any], list]:
     """Next message and its tensors; raises ``ChannelTimeout`` or ``ChannelClosed``."""
     deadline = None if timeout is None else time.monotonic() + timeout
     (n,) = _LENGTH.unpack(_read_exact(fd, _LENGTH.size, deadline))
-    return decode(_read_exact(fd, n, deadline))
+    if n > (8 << 30):
+        raise ValueError("frame too large")
+    return decode(_read_exact(fd, n, deadline), spill_dir)

@@ -14,19 +14,23 @@ every step that none was replaced.
 
 from __future__ import annotations
 
+import _thread
 import builtins
+import gc
 import hashlib
 import importlib.util
 import json
 import os
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from typing import Any
 
 from fitness import wire
 from fitness.problem import Problem, build_model, load_problem, make_inputs
+from fitness.trace import INIT_OPS
 from platforms import TimingSettings, get_platform
 
 
@@ -91,7 +95,11 @@ class Harness:
         self.launches = 0
         self.trace: Any = None
         self._instrument_launches(triton_jit.JITFunction, interpreter.InterpretedFunction)
+        self.threads_started = 0
+        self._instrument_threads()
         self.watched = _watched(torch, triton_jit, interpreter)
+        self.watched["threading.Thread.start"] = (threading.Thread, "start")
+        self.watched["_thread.start_new_thread"] = (_thread, "start_new_thread")
         self.originals = {name: getattr(owner, attr) for name, (owner, attr) in self.watched.items()}
         # The platform's own methods are watched too: the timer lives there.
         for attr in ("time_runs", "synchronize", "flush_cache", "_start_stop", "poison_memory"):
@@ -122,6 +130,23 @@ class Harness:
                         trace.launch_depth -= 1
 
             cls.run = run
+
+    def _instrument_threads(self) -> None:
+        """Count threads started: a thread escapes the (thread-local) dispatch trace."""
+        harness = self
+        original_start = threading.Thread.start
+        original_new = _thread.start_new_thread
+
+        def start(self_, *args, **kwargs):
+            harness.threads_started += 1
+            return original_start(self_, *args, **kwargs)
+
+        def start_new_thread(*args, **kwargs):
+            harness.threads_started += 1
+            return original_new(*args, **kwargs)
+
+        threading.Thread.start = start
+        _thread.start_new_thread = start_new_thread
 
     # -- checks ---------------------------------------------------------------
 
@@ -155,12 +180,20 @@ class Harness:
                 raise Refusal("compile_error", "defines no class ModelNew")
             self.module, self.source_hash = module, digest
         self.problem = load_problem(problem_path, shapes)
+        # The constructor is traced too: it may create and initialise
+        # parameters, not precompute answers with PyTorch.
+        self.trace = trace = self.trace_cls(INIT_OPS)
         try:
-            self.model = build_model(self.module.ModelNew, self.problem, init_seed, self.device)
-        except torch.OutOfMemoryError as exc:
-            raise Refusal("out_of_memory", f"building ModelNew: {_describe(exc)}")
-        except Exception as exc:
+            with trace:
+                self.model = build_model(self.module.ModelNew, self.problem, init_seed, self.device)
+        except BaseException as exc:
+            if trace.violations:
+                raise Refusal("forbidden", "in __init__: " + _forbidden_reason(trace.violations))
             raise _classify(exc, "building ModelNew", self.platform)
+        finally:
+            self.trace = None
+        if trace.violations:
+            raise Refusal("forbidden", "in __init__: " + _forbidden_reason(trace.violations))
         return {"ok": True}
 
     def _inputs(self, seed: int) -> list:
@@ -236,17 +269,25 @@ class Harness:
                 if not all(not isinstance(a, torch.Tensor) or _same_bits(torch, a, b) for a, b in zip(source, args)):
                     mutated.append(i)
 
-        timing_result = self.platform.time_runs(run, TimingSettings(**timing), prepare)
+        collecting = gc.isenabled()
+        gc.disable()  # a collection inside a timed run would be charged to the candidate
+        try:
+            timing_result = self.platform.time_runs(run, TimingSettings(**timing), prepare)
+        finally:
+            if collecting:
+                gc.enable()
         if mutated:
             raise Refusal("mutated_input", f"forward changed its input in timed run {mutated[0]}")
         n = len(timing_result.runs_ms)
         checked = sorted(i for i in kept if i < n)
         tensors = [t for i in checked for t in kept[i]]
         return {"ok": True, "runs_ms": timing_result.runs_ms, "wall_ms": timing_result.wall_ms,
+                "overhead_ms": timing_result.overhead_ms,
                 "checked": [[i, seeds[i % len(seeds)], len(kept[i])] for i in checked]}, tensors
 
     def handle(self, message: dict) -> tuple[dict, list]:
         step = message["step"]
+        threads_before = self.threads_started
         try:
             if step == "load":
                 reply, tensors = self.load(message["source"], message["problem"], message["shapes"], message["init_seed"]), []
@@ -261,6 +302,8 @@ class Harness:
             else:
                 raise ValueError(f"unknown step {step!r}")
             self.check_tamper()
+            if self.threads_started != threads_before:
+                raise Refusal("forbidden", "the candidate started a thread", fatal=True)
         except Refusal as refusal:
             try:
                 self.check_tamper()
@@ -279,25 +322,48 @@ def _same_bits(torch, a, b) -> bool:
     return bool(torch.equal(a8, b8))
 
 
+def _compile_errors() -> tuple[type, ...]:
+    from triton.compiler.errors import CompilationError
+
+    return (CompilationError,)
+
+
 def _forbidden_reason(violations: list[str]) -> str:
     ops = ", ".join(f"aten.{v}" for v in dict.fromkeys(violations))
     return f"PyTorch did the work ({ops}); forward may only allocate, view and copy"
 
 
+def _safe_text(exc: BaseException) -> str:
+    """``str(exc)``, or ``""`` when the candidate's exception refuses to print."""
+    try:
+        text = str(exc)
+        return text if isinstance(text, str) else ""
+    except BaseException:
+        return ""
+
+
+def _safe_name(exc: BaseException) -> str:
+    try:
+        name = type(exc).__name__
+        return name if isinstance(name, str) else "exception"
+    except BaseException:
+        return "exception"
+
+
 def _describe(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    first = next((line for line in text if line.strip()), "")
-    return f"{type(exc).__name__}: {first[:300]}" if first else type(exc).__name__
+    lines = _safe_text(exc).strip().splitlines()
+    first = next((line for line in lines if line.strip()), "")
+    return f"{_safe_name(exc)}: {first[:300]}" if first else _safe_name(exc)
 
 
 def _classify(exc: BaseException, where: str, platform) -> Refusal:
-    text = str(exc)
-    name = type(exc).__name__
+    text = _safe_text(exc)
+    name = _safe_name(exc)
     if name == "OutOfMemoryError" or "out of memory" in text.lower() or "can't allocate memory" in text:
         return Refusal("out_of_memory", f"{where}: {_describe(exc)}")
     if platform.context_lost(exc):
         return Refusal("crashed", f"{where}: {_describe(exc)} (device context lost)", fatal=True)
-    if name in ("CompilationError", "CompileTimeAssertionFailure") or "triton.compiler" in type(exc).__module__:
+    if name in ("CompilationError", "CompileTimeAssertionFailure") or isinstance(exc, _compile_errors()):
         return Refusal("compile_error", f"{where}: {_describe(exc)}")
     return Refusal("runtime_error", f"{where}: {_describe(exc)}")
 
@@ -305,6 +371,7 @@ def _classify(exc: BaseException, where: str, platform) -> Refusal:
 def main(argv: list[str]) -> None:
     in_fd, out_fd, platform_name, index = int(argv[0]), int(argv[1]), argv[2], int(argv[3])
     limit = int(argv[4]) if len(argv) > 4 else 0
+    spill_dir = argv[5] if len(argv) > 5 else None
     if limit:
         import resource
 
@@ -322,7 +389,8 @@ def main(argv: list[str]) -> None:
         except Exception:  # a bug of kevo: report it as such, then stop
             reply, tensors = {"ok": False, "status": "internal_error", "reason": traceback.format_exc(), "fatal": True}, []
         reply["nonce"] = nonce
-        wire.send(out_fd, reply, tensors)
+        spill = os.path.join(spill_dir, f"{nonce}.bin") if spill_dir and isinstance(nonce, str) and nonce.isalnum() else None
+        wire.send(out_fd, reply, tensors, spill)
         if reply.get("fatal"):
             os._exit(3)
 

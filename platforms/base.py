@@ -34,10 +34,12 @@ class Timing:
 
     runs_ms: list[float]
     wall_ms: list[float]
+    overhead_ms: float = 0.0  # the timer's own cost: a run that does nothing
 
     @property
     def median_ms(self) -> float:
-        return statistics.median(self.runs_ms)
+        """Median run, less the timer's own overhead."""
+        return max(statistics.median(self.runs_ms) - self.overhead_ms, 0.0)
 
     @property
     def spread(self) -> float:
@@ -123,6 +125,7 @@ class Platform(abc.ABC):
         """
         mark, elapsed = self._start_stop()
         clock = time.perf_counter
+        overhead = self._timer_overhead(mark, elapsed)
         # Warm-up: at least one run, until the warm-up budget is spent.
         warm_start = clock()
         n_warm = 0
@@ -145,4 +148,14 @@ class Platform(abc.ABC):
             stop = mark()
             runs.append(elapsed(start, stop))
             walls.append((clock() - t0) * 1e3)
-        return Timing(runs, walls)
+        return Timing(runs, walls, overhead)
+
+    def _timer_overhead(self, mark: Callable[[], Any], elapsed: Callable[[Any, Any], float]) -> float:
+        """Median time the protocol of ``time_runs`` measures around no work at all."""
+        samples = []
+        for _ in range(20):
+            self.synchronize()
+            start = mark()
+            self.synchronize()
+            samples.append(elapsed(start, mark()))
+        return statistics.median(samples)

@@ -73,7 +73,10 @@ class CudaPlatform(Platform):
         del blocks
 
     def context_lost(self, exc: BaseException) -> bool:
-        text = str(exc)
+        try:
+            text = str(exc)
+        except BaseException:  # a candidate's exception may refuse to print
+            return False
         return any(
             marker in text
             for marker in ("illegal memory access", "CUDA error", "HIP error", "device-side assert",

@@ -1,6 +1,7 @@
 # attack: the first call computes everything; later calls (a timing loop over the same input) write only the first half and rely on torch.empty handing back the freed previous output, which already holds the answer
 # problem: elementwise
 # expected: nan | wrong
+# note: seen on an H200 - a naive loop over the same input passed 5/5 calls without poisoning and only the first with it
 # defence: NaN poisoning of free memory before every call, and checking the outputs of timed calls too
 import torch
 import torch.nn as nn

@@ -1,7 +1,9 @@
 # attack: remembers the address of each input it has seen; when the same input comes back (a timing loop) it writes nothing and returns torch.empty, whose memory is usually the freed previous output that already holds the answer
 # problem: softmax
-# expected: nan | wrong
-# defence: NaN poisoning of output buffers and free memory before every call; checking timed outputs; fresh input clones per call
+# expected: nan | wrong | accepted
+# platform: gpu (its trigger, an input clone at a recycled address, depends on the caching allocator)
+# note: seen on an H200 - a naive loop (same input, output dropped each time) got the right answer 5/5 times through the caching allocator; with NaN poisoning between calls only the first call was right
+# defence: fresh input clones per call (seen on the CPU with kevo: clones never came back at a known address, so it never skipped work and was rightly accepted as the honest kernel it then is); where an address does repeat: NaN poisoning of output buffers and free memory -> nan, different data at a reused address -> wrong. stale_reuse_device_fingerprint_softmax.py is the variant that fresh clones do not stop
 import torch
 import torch.nn as nn
 import triton

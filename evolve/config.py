@@ -1,0 +1,276 @@
+"""The experiment config (YAML): typed, every default in one block, nothing unknown.
+
+A YAML file is a diff of the defaults below. ``load_config(path)`` reads one,
+refusing unknown keys, wrong types, bad values and missing files with one
+``ConfigError`` that names the file and the key; paths in it are relative to
+the file. ``Config.to_dict()`` is the resolved form (absolute paths, every
+default filled in) that a run stores, and ``config_from_dict`` reads it back
+on resume.
+
+>>> config = load_config("configs/quickstart.yaml")  # doctest: +SKIP
+>>> config.search.population_size  # doctest: +SKIP
+8
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from operators import CROSSOVER, MUTATION, SearchSpace, SpaceError
+
+
+class ConfigError(ValueError):
+    """The config cannot be used; the message names the file, the key and the fix."""
+
+
+class PlatformName(str, enum.Enum):
+    AUTO = "auto"
+    CUDA = "cuda"
+    ROCM = "rocm"
+    CPU = "cpu"
+
+
+class OperatorName(str, enum.Enum):
+    PARAMETRIC_MUTATION = MUTATION
+    PARAMETRIC_CROSSOVER = CROSSOVER
+
+
+#: The one LLM setting that works in this version: no LLM, parametric operators only.
+OFFLINE = "offline"
+
+
+# --- every key and its default ---------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ProblemConfig:
+    reference: Path  # required: the KernelBench-format problem file
+    seeds: tuple[Path, ...]  # required: at least one ModelNew file to start from
+    shapes: dict[str, int] = dataclasses.field(default_factory=dict)  # overrides of module-level ints
+    held_out_shapes: list[dict[str, int]] | None = None  # None: derived by fitness
+
+
+@dataclasses.dataclass(frozen=True)
+class FitnessConfig:
+    max_abs_diff: float | None = None  # None: the problem's MAX_ABS_DIFF
+    timeout_s: float = 300.0  # per step of one evaluation (import, a call, a timing window)
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchConfig:
+    population_size: int = 16  # per island; also the offspring made per island and generation
+    max_evaluations: int = 400  # candidates evaluated in all, seeds included
+    max_generations: int | None = None
+    max_wall_time_s: float | None = None  # checked between generations, summed over resumes
+    target_speedup: float | None = None  # stop once the best kernel is this much faster than the reference
+    patience: int | None = None  # stop after this many generations without a faster kernel
+    seed: int = 0
+    tournament_size: int = 3
+    elite: int = 1  # the best of each island always survive
+    islands: int = 1
+    migration_interval: int = 5  # generations between ring migrations (with islands > 1)
+    migrants: int = 1  # best of an island sent to the next one, replacing its worst
+
+
+@dataclasses.dataclass(frozen=True)
+class OperatorsConfig:
+    weights: dict[OperatorName, float] = dataclasses.field(
+        default_factory=lambda: {OperatorName.PARAMETRIC_MUTATION: 0.7, OperatorName.PARAMETRIC_CROSSOVER: 0.3}
+    )
+    max_changes: int = 2  # tunables one mutation changes, at most
+    space: dict[str, list[int]] = dataclasses.field(default_factory=dict)  # tunable -> allowed values
+
+
+@dataclasses.dataclass(frozen=True)
+class LlmConfig:
+    model: str = OFFLINE  # only 'offline' for now: LLM operators are not available yet
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    problem: ProblemConfig
+    fitness: FitnessConfig = dataclasses.field(default_factory=FitnessConfig)
+    search: SearchConfig = dataclasses.field(default_factory=SearchConfig)
+    operators: OperatorsConfig = dataclasses.field(default_factory=OperatorsConfig)
+    llm: LlmConfig = dataclasses.field(default_factory=LlmConfig)
+    platform: PlatformName = PlatformName.AUTO
+
+    def to_dict(self) -> dict[str, Any]:
+        """The resolved config as plain JSON-ready data (what a run stores)."""
+        return _plain(self)
+
+
+# --- reading ------------------------------------------------------------------------
+
+
+def load_config(path: str | Path) -> Config:
+    """Read, check and resolve the YAML config at ``path``; ``ConfigError`` if unusable."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark else ""
+        problem = getattr(exc, "problem", None) or type(exc).__name__
+        raise ConfigError(f"{path}: not valid YAML{where}: {problem}") from None
+    config = config_from_dict(data, origin=str(path), base_dir=path.resolve().parent)
+    for file in (config.problem.reference, *config.problem.seeds):
+        if not file.is_file():
+            raise ConfigError(f"{path}: file not found: {file} (paths are relative to the config file)")
+    return config
+
+
+def config_from_dict(data: Any, origin: str, base_dir: Path | None = None) -> Config:
+    """A checked ``Config`` from plain data; relative paths are taken from ``base_dir``."""
+    if data is None:
+        data = {}
+    config = _build(Config, data, "", _Context(origin, base_dir))
+    _check_values(config, origin)
+    return config
+
+
+@dataclasses.dataclass(frozen=True)
+class _Context:
+    origin: str
+    base_dir: Path | None
+
+    def error(self, where: str, message: str) -> ConfigError:
+        return ConfigError(f"{self.origin}: {where}: {message}" if where else f"{self.origin}: {message}")
+
+
+def _build(cls: type, data: Any, where: str, ctx: _Context) -> Any:
+    if not isinstance(data, dict):
+        raise ctx.error(where, f"expected a mapping of keys, got {_show(data)}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    unknown = [k for k in data if k not in fields]
+    if unknown:
+        key = f"{where}.{unknown[0]}" if where else str(unknown[0])
+        raise ctx.error("", f"unknown key '{key}' (known keys{' of ' + where if where else ''}: {', '.join(fields)})")
+    values = {}
+    for name, field in fields.items():
+        key = f"{where}.{name}" if where else name
+        if name in data:
+            values[name] = _convert(data[name], hints[name], key, ctx)
+        elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+            raise ctx.error("", f"{key} is required")
+    return cls(**values)
+
+
+def _convert(value: Any, hint: Any, where: str, ctx: _Context) -> Any:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        (inner,) = [a for a in args if a is not type(None)]
+        return _convert(value, inner, where, ctx)
+    if dataclasses.is_dataclass(hint):
+        return _build(hint, value, where, ctx)
+    if origin in (list, tuple):
+        if not isinstance(value, list):
+            raise ctx.error(where, f"expected a list, got {_show(value)}")
+        items = [_convert(v, args[0], f"{where}[{i}]", ctx) for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ctx.error(where, f"expected a mapping, got {_show(value)}")
+        return {_convert(k, args[0], where, ctx): _convert(v, args[1], f"{where}.{k}", ctx) for k, v in value.items()}
+    if isinstance(hint, type) and issubclass(hint, enum.Enum):
+        choices = [m.value for m in hint]
+        if value not in choices:
+            raise ctx.error(where, f"{_show(value)} is not one of {', '.join(choices)}")
+        return hint(value)
+    if hint is Path:
+        if not isinstance(value, str) or not value:
+            raise ctx.error(where, f"expected a file path, got {_show(value)}")
+        path = Path(value).expanduser()
+        if not path.is_absolute() and ctx.base_dir is not None:
+            path = ctx.base_dir / path
+        return path.resolve()
+    if hint is int:
+        if type(value) is not int:
+            raise ctx.error(where, f"expected an integer, got {_show(value)}")
+        return value
+    if hint is float:
+        # PyYAML reads 1e-6 (no dot) as a string: accept a string that is a number.
+        if isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                pass
+        if type(value) not in (int, float) or not math.isfinite(value):
+            raise ctx.error(where, f"expected a number, got {_show(value)}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ctx.error(where, f"expected a string, got {_show(value)}")
+        return value
+    raise TypeError(f"config field {where} has a type the loader does not know: {hint!r}")
+
+
+def _check_values(config: Config, origin: str) -> None:
+    """Values of the right type that still cannot work."""
+    problem, search, ops = config.problem, config.search, config.operators
+
+    def require(ok: bool, key: str, message: str) -> None:
+        if not ok:
+            raise ConfigError(f"{origin}: {key}: {message}")
+
+    require(len(problem.seeds) >= 1, "problem.seeds", "name at least one seed kernel")
+    for key in ("population_size", "max_evaluations", "tournament_size", "islands", "migration_interval"):
+        require(getattr(search, key) >= 1, f"search.{key}", "must be at least 1")
+    require(search.max_evaluations >= len(problem.seeds), "search.max_evaluations",
+            f"must be at least the number of seeds ({len(problem.seeds)})")
+    require(0 <= search.elite <= search.population_size, "search.elite", "must be between 0 and population_size")
+    require(0 <= search.migrants < search.population_size, "search.migrants",
+            "must be at least 0 and below population_size")
+    for key in ("max_generations", "patience"):
+        value = getattr(search, key)
+        require(value is None or value >= 1, f"search.{key}", "must be at least 1 (or left out)")
+    for key in ("max_wall_time_s", "target_speedup"):
+        value = getattr(search, key)
+        require(value is None or value > 0, f"search.{key}", "must be positive (or left out)")
+    require(config.fitness.max_abs_diff is None or config.fitness.max_abs_diff > 0,
+            "fitness.max_abs_diff", "must be positive")
+    require(config.fitness.timeout_s > 0, "fitness.timeout_s", "must be positive")
+    require(all(w >= 0 for w in ops.weights.values()) and sum(ops.weights.values()) > 0,
+            "operators.weights", "weights must be >= 0 and at least one positive")
+    require(ops.max_changes >= 1, "operators.max_changes", "must be at least 1")
+    try:
+        SearchSpace.from_mapping(ops.space, origin="operators.space")
+    except SpaceError as exc:
+        raise ConfigError(f"{origin}: {exc}") from None
+    require(config.llm.model == OFFLINE, "llm.model",
+            f"{config.llm.model!r}: LLM operators are not available yet in this version of kevo; "
+            f"set llm.model: {OFFLINE} (parametric operators only)")
+
+
+def _show(value: Any) -> str:
+    kind = "a list" if isinstance(value, list) else "a mapping" if isinstance(value, dict) else None
+    return kind or repr(value)
+
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, dict):
+        return {_plain(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value

@@ -1,0 +1,91 @@
+"""Where candidates are evaluated: submit them, take results as they complete.
+
+The search loop talks to a ``Dispatcher`` only: it submits every new candidate
+of a generation under a key of its choosing (the store's individual id) and
+then takes ``(key, result)`` pairs in whatever order they complete, committing
+each as it arrives. ``InProcessDispatcher`` evaluates one candidate at a time
+with one ``fitness.Evaluator`` in this process; a pool of GPU actors fits the
+same three calls (``submit`` hands work to a free actor or queues it,
+``next_result`` waits for whichever actor finishes first).
+
+>>> dispatcher = InProcessDispatcher(evaluator)  # doctest: +SKIP
+>>> dispatcher.submit(7, source)  # doctest: +SKIP
+>>> dispatcher.next_result()  # doctest: +SKIP
+(7, EvalResult(status=<Status.ACCEPTED: 'accepted'>, ...))
+"""
+
+from __future__ import annotations
+
+import abc
+import collections
+from collections.abc import Iterator
+from typing import Protocol
+
+from fitness import EvalResult
+
+
+class Dispatcher(abc.ABC):
+    """Evaluates submitted candidates; results come back in any order."""
+
+    @abc.abstractmethod
+    def submit(self, key: int, source: str) -> None:
+        """Queue ``source`` for evaluation; its result will come back under ``key``."""
+
+    @abc.abstractmethod
+    def next_result(self) -> tuple[int, EvalResult]:
+        """Block until some submitted candidate is done; return its key and result.
+
+        Raises ``LookupError`` when nothing is in flight.
+        """
+
+    @property
+    @abc.abstractmethod
+    def in_flight(self) -> int:
+        """How many submitted candidates have not been returned yet."""
+
+    def results(self) -> Iterator[tuple[int, EvalResult]]:
+        """``next_result()`` until nothing is in flight."""
+        while self.in_flight:
+            yield self.next_result()
+
+    def close(self) -> None:
+        """Release what evaluates (workers, actors). Results not taken are lost."""
+
+    def __enter__(self) -> "Dispatcher":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Evaluates(Protocol):
+    """What ``InProcessDispatcher`` needs: a ``fitness.Evaluator``, or a test's fake."""
+
+    def evaluate(self, source: str) -> EvalResult: ...
+
+
+class InProcessDispatcher(Dispatcher):
+    """Evaluates in this process, one candidate at a time, in submission order.
+
+    The evaluator stays its creator's to close.
+    """
+
+    def __init__(self, evaluator: Evaluates) -> None:
+        self.evaluator = evaluator
+        self._queue: collections.deque[tuple[int, str]] = collections.deque()
+
+    def submit(self, key: int, source: str) -> None:
+        self._queue.append((key, source))
+
+    def next_result(self) -> tuple[int, EvalResult]:
+        if not self._queue:
+            raise LookupError("no candidate is in flight")
+        key, source = self._queue.popleft()
+        return key, self.evaluator.evaluate(source)
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._queue)
+
+    def close(self) -> None:
+        self._queue.clear()

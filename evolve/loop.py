@@ -1,0 +1,219 @@
+"""The search loop: select → vary → evaluate only the new → store → stop?
+
+Generation 0 evaluates the seeds; every island starts from the accepted ones.
+Each later generation, per island: tournaments pick parents, variation makes
+unseen children, the dispatcher evaluates them (each result is committed as it
+arrives), and the elite plus tournaments over parents and accepted children
+form the next population; islands trade their best along a ring now and then.
+
+A checkpoint (the ``loop`` state: random state, populations, counters) is
+stored after every generation. A resumed run replays the generation that was
+cut short from that checkpoint: the same random state draws the same
+children, whose rows are already in the store, so only those still pending
+are evaluated, and the run ends where an uninterrupted one would have.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import random
+import time
+from collections.abc import Callable
+
+from evolve.config import Config
+from evolve.dispatch import Dispatcher
+from evolve.population import Candidate, migrate, select_parents, survivors
+from evolve.variation import Child, seed_children, vary
+from population_store import Individual, RunStore
+
+log = logging.getLogger(__name__)
+
+STATE_KEY = "loop"
+
+
+class SearchError(Exception):
+    """The search cannot go on for a reason the user can fix (no seed is accepted)."""
+
+
+@dataclasses.dataclass
+class LoopState:
+    """Everything the loop needs to go on after its last finished generation."""
+
+    generation: int = -1  # last finished generation; -1 until the seeds are evaluated
+    rng_state: list | None = None  # random.Random.getstate(), as JSON
+    islands: list[list[int]] = dataclasses.field(default_factory=list)  # individual ids
+    last_id: int = 0  # every individual up to this id belongs to a finished generation
+    evaluations: int = 0  # individuals stored at the end of that generation
+    best_ms: float | None = None
+    best_speedup: float | None = None
+    stale: int = 0  # generations since best_ms last improved
+    elapsed_s: float = 0.0  # wall time spent searching, over all sessions
+
+
+@dataclasses.dataclass
+class Search:
+    """What the loop works with, besides its state."""
+
+    store: RunStore
+    dispatcher: Dispatcher
+    config: Config
+    seeds: list[str]
+    space: dict[str, tuple[int, ...]]  # resolved once from the seeds
+    on_result: Callable[[Candidate], None] = lambda candidate: None
+
+
+def run_search(search: Search) -> str:
+    """Run, or continue, the search until a stop condition holds; return the reason."""
+    cfg, store = search.config.search, search.store
+    state, rng = _restore(store, cfg.seed)
+    clock = _Clock(state.elapsed_s)
+    ledger = _Ledger(store, state.last_id)
+    if state.generation < 0:
+        seeds = [ledger.admit(child, 0, 0) for child in seed_children(search.seeds) if ledger.is_new(child)]
+        evaluate(search, seeds)
+        state.islands = [[c.id for c in _accepted_seeds(seeds)]] * cfg.islands
+        _note_progress(state, seeds)
+        _checkpoint(store, state, 0, rng, ledger, clock)
+    islands = [[Candidate.from_individual(store.get(i)) for i in ids] for ids in state.islands]
+    while not (reason := stop_reason(state, search.config, clock.elapsed())):
+        generation = state.generation + 1
+        offspring = []
+        for island, (population, count) in enumerate(zip(islands, _shares(state, search.config))):
+            parents = select_parents(population, 2 * count, cfg.tournament_size, rng)
+            children = vary(parents, count, rng, search.config.operators, search.space, ledger.seen)
+            offspring.append([ledger.admit(child, generation, island) for child in children])
+        evaluate(search, [c for kids in offspring for c in kids] + ledger.leftovers())
+        islands = [survivors(population + [c for c in kids if c.accepted], cfg.population_size, cfg.elite,
+                             cfg.tournament_size, rng) for population, kids in zip(islands, offspring)]
+        if generation % cfg.migration_interval == 0:
+            migrate(islands, cfg.migrants)
+        state.islands = [[c.id for c in population] for population in islands]
+        _note_progress(state, [c for kids in offspring for c in kids])
+        _checkpoint(store, state, generation, rng, ledger, clock)
+        if not any(offspring):
+            reason = "no unseen candidate is left near the population (the search space is exhausted)"
+            break
+    store.record_event("stopped", {"reason": reason, "generation": state.generation,
+                                   "evaluations": state.evaluations})
+    return reason
+
+
+def evaluate(search: Search, candidates: list[Candidate]) -> None:
+    """Evaluate the pending ``candidates`` through the dispatcher; commit each result as it lands."""
+    waiting = {c.id: c for c in candidates if c.result is None}
+    for candidate in waiting.values():
+        search.dispatcher.submit(candidate.id, candidate.source)
+    for key, result in search.dispatcher.results():
+        record = result.to_dict()
+        search.store.set_result(key, record, record["status"], record["runtime_ms"])
+        waiting[key].record(record)
+        search.on_result(waiting[key])
+
+
+def stop_reason(state: LoopState, config: Config, elapsed_s: float) -> str | None:
+    """Why the search should stop now, or None."""
+    cfg = config.search
+    if state.evaluations >= cfg.max_evaluations:
+        return f"max_evaluations reached ({cfg.max_evaluations})"
+    if cfg.target_speedup is not None and (state.best_speedup or 0) >= cfg.target_speedup:
+        return f"target_speedup reached ({state.best_speedup:.3g}x >= {cfg.target_speedup:g}x)"
+    if cfg.max_generations is not None and state.generation >= cfg.max_generations:
+        return f"max_generations reached ({cfg.max_generations})"
+    if cfg.patience is not None and state.stale >= cfg.patience:
+        return f"no faster kernel for {state.stale} generations (patience {cfg.patience})"
+    if cfg.max_wall_time_s is not None and elapsed_s >= cfg.max_wall_time_s:
+        return f"max_wall_time_s reached ({elapsed_s:.0f} s)"
+    return None
+
+
+# --- helpers ----------------------------------------------------------------------
+
+
+class _Ledger:
+    """The run's sources seen so far, and rows a cut-short generation left behind."""
+
+    def __init__(self, store: RunStore, last_id: int) -> None:
+        self.store = store
+        rows = store.individuals()
+        self.seen = {r.source_hash for r in rows if r.id <= last_id}
+        self._replay = {r.source_hash: r for r in rows if r.id > last_id}
+        self.last_id = max((r.id for r in rows), default=0)
+
+    def is_new(self, child: Child) -> bool:
+        if child.source_hash in self.seen:
+            log.warning("a seed repeats an earlier one (same normalised source); it is evaluated once")
+            return False
+        self.seen.add(child.source_hash)
+        return True
+
+    def admit(self, child: Child, generation: int, island: int) -> Candidate:
+        """The stored candidate for ``child``: its row from a cut-short generation, or a new one."""
+        row = self._replay.pop(child.source_hash, None)
+        if row is None:
+            row = Individual(None, child.source, child.source_hash, generation, island,
+                             child.operator, child.parents, child.params)
+            row.id = self.store.add_individual(row)
+            self.last_id = row.id
+        return Candidate.from_individual(row)
+
+    def leftovers(self) -> list[Candidate]:
+        """Rows of a cut-short generation that its replay did not make again (not expected)."""
+        rows, self._replay = list(self._replay.values()), {}
+        if rows:
+            log.warning("resume: %d stored candidates were not made again by the replay; evaluating them",
+                        len(rows))
+            self.seen.update(r.source_hash for r in rows)
+        return [Candidate.from_individual(r) for r in rows]
+
+
+class _Clock:
+    def __init__(self, elapsed_before: float) -> None:
+        self.before, self.started = elapsed_before, time.monotonic()
+
+    def elapsed(self) -> float:
+        return self.before + time.monotonic() - self.started
+
+
+def _restore(store: RunStore, seed: int) -> tuple[LoopState, random.Random]:
+    stored = store.get_state(STATE_KEY)
+    state = LoopState(**stored) if stored else LoopState()
+    rng = random.Random(seed)
+    if state.rng_state is not None:
+        version, internal, gauss = state.rng_state
+        rng.setstate((version, tuple(internal), gauss))
+    return state, rng
+
+
+def _checkpoint(store: RunStore, state: LoopState, generation: int, rng: random.Random,
+                ledger: _Ledger, clock: _Clock) -> None:
+    state.generation, state.rng_state = generation, list(rng.getstate())
+    state.last_id, state.evaluations, state.elapsed_s = ledger.last_id, store.count(), clock.elapsed()
+    store.put_state(STATE_KEY, dataclasses.asdict(state))
+
+
+def _accepted_seeds(seeds: list[Candidate]) -> list[Candidate]:
+    accepted = [c for c in seeds if c.accepted]
+    if not accepted:
+        verdicts = "; ".join(f"seed {c.id}: {c.result['status']}: {c.result['reason']}" for c in seeds)
+        raise SearchError(f"no seed kernel is accepted, so there is nothing to evolve ({verdicts})")
+    return accepted
+
+
+def _shares(state: LoopState, config: Config) -> list[int]:
+    """Children per island this generation: population_size each, within the budget left."""
+    left = config.search.max_evaluations - state.evaluations
+    shares = []
+    for _ in range(config.search.islands):
+        shares.append(max(0, min(config.search.population_size, left)))
+        left -= shares[-1]
+    return shares
+
+
+def _note_progress(state: LoopState, new: list[Candidate]) -> None:
+    """Track the best kernel so far and how many generations it has stood."""
+    best = min((c for c in new if c.accepted), key=lambda c: c.runtime_ms, default=None)
+    if best is not None and (state.best_ms is None or best.runtime_ms < state.best_ms):
+        state.best_ms, state.best_speedup, state.stale = best.runtime_ms, best.speedup, 0
+    elif state.generation >= 0:
+        state.stale += 1

@@ -1,0 +1,147 @@
+"""What a run found: the numbers (``build_report``), a plot, and the text ``kevo report`` prints.
+
+The report reads the store only, so it works on a finished run, a killed one,
+and one that another process is still writing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from population_store import ACCEPTED, PENDING, Individual, RunStore
+
+PLOT_FILE = "progress.png"
+TOP = 5
+
+
+def build_report(store: RunStore, run_dir: Path) -> dict[str, Any]:
+    """The run as JSON-ready data: ``evaluations``, ``status_counts``, ``best`` and more.
+
+    ``best`` is the verify-like record of the fastest accepted kernel plus its
+    ``id`` and ``source_hash``, or None when no kernel was accepted.
+    """
+    config = store.config()
+    counts = store.status_counts()
+    top = store.best(TOP)
+    stopped = store.events("stopped")
+    return {
+        "run_dir": str(run_dir),
+        "problem": config["problem"]["reference"],
+        "evaluations": sum(n for status, n in counts.items() if status != PENDING),
+        "max_evaluations": config["search"]["max_evaluations"],
+        "pending": counts.get(PENDING, 0),
+        "status_counts": counts,
+        "stopped": stopped[-1]["data"]["reason"] if stopped else None,
+        "best": _record(top[0]) if top else None,
+        "top": [_summary(ind) for ind in top],
+        "lineage": _lineage(store, top[0]) if top else [],
+    }
+
+
+def write_plot(store: RunStore, path: Path) -> Path:
+    """Plot the best runtime so far against evaluations (completion order) into ``path`` (PNG)."""
+    import matplotlib  # a heavy import only the plot needs
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    finished = sorted((i for i in store.individuals() if i.status != PENDING),
+                      key=lambda i: (i.finished_at, i.id))
+    xs, runtimes, best_so_far, best = [], [], [], None
+    for n, ind in enumerate(finished, start=1):
+        if ind.status == ACCEPTED:
+            best = ind.runtime_ms if best is None else min(best, ind.runtime_ms)
+            xs.append(n)
+            runtimes.append(ind.runtime_ms)
+            best_so_far.append(best)
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    if xs:
+        ax.scatter(xs, runtimes, s=10, alpha=0.35, label="accepted kernel")
+        ax.step(xs, best_so_far, where="post", color="C1", label="best so far")
+        reference = next((i.result.get("reference_ms") for i in finished if i.status == ACCEPTED), None)
+        if reference:
+            ax.axhline(reference, color="grey", linestyle="--", label="reference (PyTorch)")
+        ax.legend()
+    else:
+        ax.text(0.5, 0.5, "no accepted kernel yet", ha="center", va="center", transform=ax.transAxes)
+    ax.set_yscale("log")  # runtimes of one search span orders of magnitude
+    ax.set_xlabel("evaluations")
+    ax.set_ylabel("runtime (ms)")
+    ax.set_title(Path(store.config()["problem"]["reference"]).parent.name or "kevo run")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def print_report(report: dict[str, Any], console: Console) -> None:
+    """The report as tables, for a person."""
+    console.print(f"run        {report['run_dir']}", highlight=False)
+    console.print(f"problem    {report['problem']}", highlight=False)
+    console.print(f"evaluated  {report['evaluations']} of {report['max_evaluations']}"
+                  + (f" ({report['pending']} pending)" if report["pending"] else ""), highlight=False)
+    console.print(f"statuses   {format_counts(report['status_counts'])}", highlight=False)
+    if report["stopped"]:
+        console.print(f"stopped    {report['stopped']}", highlight=False)
+    if report.get("plot"):
+        console.print(f"plot       {report['plot']}", highlight=False)
+    if not report["top"]:
+        console.print("no accepted kernel yet")
+        return
+    top = Table(title="fastest kernels", title_justify="left")
+    for column in ("id", "gen", "operator", "runtime ms", "speedup", "max |diff|"):
+        top.add_column(column, justify="right" if column not in ("operator",) else "left")
+    for row in report["top"]:
+        top.add_row(str(row["id"]), str(row["generation"]), row["operator"], f"{row['runtime_ms']:.4g}",
+                    _x(row["speedup"]), f"{row['max_abs_diff']:.2g}")
+    console.print(top)
+    lineage = Table(title=f"lineage of kernel {report['best']['id']}", title_justify="left")
+    for column in ("id", "gen", "operator", "parents", "status", "runtime ms", "changes"):
+        lineage.add_column(column)
+    for row in report["lineage"]:
+        runtime = f"{row['runtime_ms']:.4g}" if row["runtime_ms"] is not None else "-"
+        lineage.add_row(str(row["id"]), str(row["generation"]), row["operator"],
+                        ",".join(map(str, row["parents"])) or "-", row["status"], runtime, row["changes"])
+    console.print(lineage)
+
+
+def format_counts(counts: dict[str, int]) -> str:
+    """``accepted 40, wrong 3, pending 2``: accepted first, pending last, the rest by count."""
+    order = sorted(counts, key=lambda s: (s != ACCEPTED, s == PENDING, -counts[s], s))
+    return ", ".join(f"{status} {counts[status]}" for status in order) or "nothing evaluated"
+
+
+def _record(ind: Individual) -> dict[str, Any]:
+    return {**ind.result, "id": ind.id, "source_hash": ind.source_hash}
+
+
+def _summary(ind: Individual) -> dict[str, Any]:
+    result = ind.result or {}
+    return {"id": ind.id, "generation": ind.generation, "island": ind.island, "operator": ind.operator,
+            "runtime_ms": ind.runtime_ms, "speedup": result.get("speedup"),
+            "max_abs_diff": result.get("max_abs_diff"), "source_hash": ind.source_hash}
+
+
+def _lineage(store: RunStore, best: Individual) -> list[dict[str, Any]]:
+    """The best kernel and its ancestors, oldest first, each with what changed from its first parent."""
+    family = [*store.lineage(best.id), best]
+    by_id = {ind.id: ind for ind in family}
+    rows = []
+    for ind in family:
+        parent = by_id.get(ind.parents[0]) if ind.parents else None
+        changes = "" if parent is None else ", ".join(
+            f"{name} {parent.params.get(name)}→{value}"
+            for name, value in ind.params.items() if parent.params.get(name) != value)
+        rows.append({**dataclasses.asdict(ind), "changes": changes})
+        for key in ("source", "result", "params", "created_at", "finished_at"):
+            rows[-1].pop(key)
+    return rows
+
+
+def _x(speedup: float | None) -> str:
+    return f"{speedup:.3g}x" if speedup else "-"

@@ -1,0 +1,171 @@
+"""A run from the outside: start one from a config, resume one from its directory.
+
+This is the composition root: it reads the config, resolves the search space
+from the seeds, builds the evaluator and the dispatcher, opens the run store
+and hands them to the loop. A run directory holds ``run.sqlite`` (everything
+the run knows) and, once reported, ``progress.png``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from evolve.config import Config, ConfigError, config_from_dict, load_config
+from evolve.dispatch import InProcessDispatcher
+from evolve.loop import Search, run_search
+from evolve.population import Candidate
+from fitness import EvalSettings, Evaluator
+from operators import SpaceError, check_space, resolve_space
+from population_store import RunStore, StoreError
+
+log = logging.getLogger(__name__)
+
+STORE_FILE = "run.sqlite"
+LOCK_FILE = "run.lock"
+SETUP_KEY = "setup"
+
+
+class RunError(Exception):
+    """A run directory cannot be used as asked; the message says what to do."""
+
+
+class Observer:
+    """Told when a run starts and of every result as it is committed (the CLI's progress display)."""
+
+    def started(self, run_dir: Path, store: RunStore, config: Config) -> None:
+        """The run in ``run_dir`` is about to search (fresh or resumed)."""
+
+    def result(self, candidate: Candidate, store: RunStore) -> None:
+        """``candidate``'s result was just committed to ``store``."""
+
+
+def default_run_dir(config_path: str | Path) -> Path:
+    """``runs/<config stem>-<timestamp>`` under the current directory, not yet taken."""
+    base = Path("runs") / f"{Path(config_path).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    candidate, n = base, 1
+    while candidate.exists():
+        n += 1
+        candidate = base.with_name(f"{base.name}-{n}")
+    return candidate
+
+
+def start_run(config_path: str | Path, run_dir: str | Path | None = None,
+              observer: Observer | None = None) -> str:
+    """Start the run described by the YAML at ``config_path``; return why it stopped."""
+    config = load_config(config_path)
+    seeds = _read_seeds(config)
+    space = search_space(config, seeds)
+    run_dir = Path(run_dir) if run_dir is not None else default_run_dir(config_path)
+    if (run_dir / STORE_FILE).exists():  # before the evaluator, which can take a while to prepare
+        raise _taken(run_dir)
+    with make_evaluator(config) as evaluator:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        with _locked(run_dir):
+            try:
+                store = RunStore.create(run_dir / STORE_FILE, config.to_dict())
+            except FileExistsError:
+                raise _taken(run_dir) from None
+            with store:
+                _put_setup(store, seeds, space)
+                return _search("started", run_dir, store, evaluator, config, seeds, space, observer or Observer())
+
+
+def resume_run(run_dir: str | Path, observer: Observer | None = None) -> str:
+    """Continue the run in ``run_dir`` with its stored config and state; return why it stopped."""
+    run_dir = Path(run_dir)
+    with open_store(run_dir) as store, _locked(run_dir):
+        config = config_from_dict(store.config(), origin=str(run_dir / STORE_FILE))
+        setup = store.get_state(SETUP_KEY)
+        if setup is None:  # killed between creating the store and writing its setup
+            seeds = _read_seeds(config)
+            space = search_space(config, seeds)
+            _put_setup(store, seeds, space)
+        else:
+            seeds, space = setup["seeds"], {k: tuple(v) for k, v in setup["space"].items()}
+        with make_evaluator(config) as evaluator:
+            return _search("resumed", run_dir, store, evaluator, config, seeds, space, observer or Observer())
+
+
+def open_store(run_dir: str | Path, readonly: bool = False) -> RunStore:
+    """The store of the run in ``run_dir``; ``RunError`` when there is none."""
+    path = Path(run_dir) / STORE_FILE
+    try:
+        return RunStore.open(path, readonly=readonly)
+    except FileNotFoundError:
+        raise RunError(f"{run_dir} holds no kevo run (no {STORE_FILE}); start one with 'kevo run CONFIG.yaml'") from None
+    except StoreError as exc:
+        raise RunError(str(exc)) from None
+
+
+def search_space(config: Config, seeds: list[str]) -> dict[str, tuple[int, ...]]:
+    """The space every operator call uses, resolved once from the seeds.
+
+    Each seed is checked against the config's space first, so a misspelt
+    tunable name is an error rather than a space that does nothing. Where
+    seeds share a tunable, the first seed's space holds.
+    """
+    space: dict[str, tuple[int, ...]] = {}
+    for path, source in zip(config.problem.seeds, seeds):
+        try:
+            check_space(source, config.operators.space)
+            for name, values in resolve_space(source, config.operators.space).items():
+                space.setdefault(name, values)
+        except SpaceError as exc:
+            raise ConfigError(f"operators.space against seed {path}: {exc}") from None
+        except SyntaxError as exc:
+            raise ConfigError(f"seed {path} does not parse: line {exc.lineno}: {exc.msg}") from None
+    return space
+
+
+def make_evaluator(config: Config) -> Evaluator:
+    """The evaluator the config describes (raises ``ProblemError``, ``CutoffError``, ``PlatformUnavailable``)."""
+    problem = config.problem
+    return Evaluator(problem.reference, platform=config.platform.value, shapes=problem.shapes,
+                     max_abs_diff=config.fitness.max_abs_diff, held_out=problem.held_out_shapes,
+                     settings=EvalSettings(timeout_s=config.fitness.timeout_s))
+
+
+def _read_seeds(config: Config) -> list[str]:
+    try:
+        return [path.read_text(encoding="utf-8") for path in config.problem.seeds]
+    except OSError as exc:
+        raise ConfigError(f"cannot read seed {exc.filename}: {exc.strerror}") from None
+
+
+def _put_setup(store: RunStore, seeds: list[str], space: dict[str, tuple[int, ...]]) -> None:
+    """Keep what the run was started from, so a resume needs neither the seed files nor a new space."""
+    store.put_state(SETUP_KEY, {"seeds": seeds, "space": {name: list(v) for name, v in space.items()}})
+
+
+def _taken(run_dir: Path) -> RunError:
+    return RunError(f"{run_dir} already holds a run; continue it with 'kevo resume {run_dir}' "
+                    "or choose another --run-dir")
+
+
+def _search(how: str, run_dir: Path, store: RunStore, evaluator: Evaluator, config: Config,
+            seeds: list[str], space: dict[str, tuple[int, ...]], observer: Observer) -> str:
+    log.info("llm.model is %r: LLM operators are not available yet, so this run uses parametric "
+             "mutation and crossover only", config.llm.model)
+    store.record_event(how, {"platform": evaluator.platform.name, "device_name": evaluator.platform.device_name(),
+                             "cutoff": evaluator.cutoff, "llm": config.llm.model,
+                             "operators": [op.value for op, w in config.operators.weights.items() if w > 0]})
+    observer.started(run_dir, store, config)
+    with InProcessDispatcher(evaluator) as dispatcher:
+        search = Search(store, dispatcher, config, seeds, space, lambda c: observer.result(c, store))
+        return run_search(search)
+
+
+@contextlib.contextmanager
+def _locked(run_dir: Path) -> Iterator[None]:
+    """Hold the run's lock: two processes never drive one run (the OS frees it on any death)."""
+    with open(run_dir / LOCK_FILE, "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunError(f"{run_dir} is being run by another kevo process right now") from None
+        yield

@@ -1,0 +1,73 @@
+"""Every defence has a kernel that attacks it (tests/attacks/).
+
+Each attack file says in its header which problem it targets, what it tries,
+and the verdict the evaluator must reach. The honest kernels beside them must
+be accepted: a defence that refuses honest work is no defence.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import SMALL_SHAPES
+
+from fitness import CutoffError, EvalSettings, Status
+
+ATTACKS = Path(__file__).parent / "attacks"
+# A hang must cost little test time; honest steps take a few seconds here.
+HANG_TIMEOUT_S = 15
+
+
+def header(path: Path) -> dict[str, str]:
+    fields = {}
+    for line in path.read_text().splitlines():
+        match = re.match(r"#\s*(attack|problem|expected|defence|shapes|max_abs_diff|platform):\s*(.*)", line)
+        if match:
+            fields[match.group(1)] = match.group(2).strip()
+        elif line.strip() and not line.startswith("#"):
+            break
+    return fields
+
+
+def attack_files() -> list[Path]:
+    return sorted(p for p in ATTACKS.glob("*.py") if header(p).get("expected"))
+
+
+def parse_shapes(text: str) -> dict[str, int]:
+    return {k.strip(): int(v) for k, v in (item.split("=") for item in text.split(",") if item.strip())}
+
+
+@pytest.mark.parametrize("path", attack_files(), ids=lambda p: p.stem)
+def test_attack_gets_its_verdict(evaluators, device_kind, path):
+    info = header(path)
+    if info.get("platform", "").startswith("gpu") and device_kind == "cpu":
+        pytest.skip("the attack only triggers on a GPU")
+    expected = {s.strip() for s in info["expected"].split("|")}
+    problem = info["problem"]
+    shapes = parse_shapes(info["shapes"]) if "shapes" in info else SMALL_SHAPES[problem]
+    kwargs = {}
+    if "max_abs_diff" in info:
+        kwargs["max_abs_diff"] = float(info["max_abs_diff"])
+    if "timeout" in expected:
+        kwargs["settings"] = EvalSettings(timeout_s=HANG_TIMEOUT_S)
+    if "unusable_cutoff" in expected:
+        with pytest.raises(CutoffError, match=r"max \|ref\|"):
+            evaluators.get(problem, platform=device_kind, shapes=shapes, **kwargs)
+        return
+    result = evaluators.get(problem, platform=device_kind, shapes=shapes, **kwargs).evaluate(path.read_text())
+    assert result.status.value in expected, f"{info.get('attack')}: got {result.status.value}: {result.reason}"
+    if result.status is not Status.ACCEPTED:
+        assert result.reason, "a refusal says why"
+
+
+def test_a_candidate_exception_that_refuses_to_print_is_still_described():
+    from fitness.worker import _describe
+
+    class Hostile(Exception):
+        def __str__(self):
+            raise RuntimeError("no")
+
+    assert _describe(Hostile()) == "Hostile"
