@@ -98,7 +98,7 @@ def _search(args: argparse.Namespace, drive) -> int:
     try:
         reason = drive(progress)
     except KeyboardInterrupt:
-        progress.close()
+        progress.close()  # the line stays above the message
         print(f"kevo {args.command}: interrupted; continue with 'kevo resume {progress.run_dir or 'RUN_DIR'}'",
               file=sys.stderr)
         return 130
@@ -125,7 +125,10 @@ def _log_through(console: Console, verbose: bool) -> None:
 def cmd_report(args: argparse.Namespace) -> int:
     with open_store(args.run_dir, readonly=True) as store:
         report = build_report(store, Path(args.run_dir))
-        report["plot"] = str(write_plot(store, Path(args.run_dir) / PLOT_FILE))
+        try:
+            report["plot"] = str(write_plot(store, Path(args.run_dir) / PLOT_FILE))
+        except OSError as exc:
+            raise UsageError(f"cannot write the plot into {args.run_dir}: {exc.strerror}") from None
     if args.json:
         print(json.dumps(report))
     else:

@@ -81,22 +81,38 @@ def _trivial_outputs(ref: torch.Tensor, inputs: Sequence) -> dict[str, torch.Ten
     return trivial
 
 
+#: A trivial output that lands within the cutoff on this share of the
+#: elements makes the cutoff useless (a kernel could get almost everything
+#: wrong and pass wherever the data happens to be extreme).
+TRIVIAL_MATCH_LIMIT = 0.95
+
+
 def check_cutoff(references: Sequence[torch.Tensor], inputs: Sequence, cutoff: float) -> None:
     """Refuse a cutoff that a trivial output (zeros, a constant, an input) passes.
 
-    Raises ``CutoffError`` naming the output scale and a cutoff that would work.
+    A trivial output "passes" when it is within the cutoff on at least 95% of
+    the elements: wide-row softmax outputs sit near 1/dim, so zeros match
+    nearly all of them under a loose cutoff even if a few large values do
+    not. Raises ``CutoffError`` naming the output scale and a cutoff that
+    would work.
     """
     if not (cutoff > 0 and math.isfinite(cutoff)):
         raise CutoffError(f"the cutoff must be a positive finite number, got {cutoff}")
     for i, ref in enumerate(_as_list(references)):
+        finite = torch.isfinite(ref)
+        if not bool(finite.any()):
+            continue
+        r = ref.to(torch.float64)[finite]
         for name, trivial in _trivial_outputs(ref, inputs).items():
-            result = compare([trivial], [ref], cutoff)
-            if result.status == "accepted":
-                finite = ref[torch.isfinite(ref)].to(torch.float64)
-                scale = float(finite.abs().max()) if finite.numel() else 0.0
-                gap = float((trivial.to(torch.float64) - ref.to(torch.float64))[torch.isfinite(ref)].abs().max()) if finite.numel() else 0.0
-                hint = f"; choose a cutoff well below {gap:.3g}, e.g. {gap / 100:.2g}" if gap > 0 else ""
+            gaps = (trivial.to(torch.float64)[finite] - r).abs()
+            share = float((gaps <= cutoff).to(torch.float64).mean())
+            if share >= TRIVIAL_MATCH_LIMIT:
+                typical = float(r.abs().median())
+                scale = float(r.abs().max())
+                gap = float(gaps.median())
+                hint = f"; choose a cutoff well below the typical gap {gap:.3g}, e.g. {gap / 100:.2g}" if gap > 0 else ""
                 raise CutoffError(
                     f"max-abs-diff cutoff {cutoff:.3g} cannot tell right from wrong: output {i} "
-                    f"(shape {tuple(ref.shape)}, max |ref| = {scale:.3g}) is matched by {name}{hint}"
+                    f"(shape {tuple(ref.shape)}, median |ref| = {typical:.3g}, max |ref| = {scale:.3g}) "
+                    f"is matched by {name} on {100 * share:.1f}% of its elements{hint}"
                 )

@@ -147,10 +147,11 @@ def declared_cutoff(path: str | Path) -> float | None:
 def held_out_shapes(path: str | Path, shapes: dict[str, int] | None = None) -> list[dict[str, int]]:
     """Shapes a kernel is checked on besides the ones it is bred on.
 
-    The problem's ``HELD_OUT_SHAPES`` when it declares them; otherwise one
-    variant derived from the knobs: every constant of at least 8 shrinks by
-    about a quarter to a value that is not a power of two, so a kernel that
-    hard-codes its shape or forgets a mask fails.
+    The problem's ``HELD_OUT_SHAPES`` when it declares them; otherwise two
+    variants derived from the knobs: every constant of at least 8 shrinks by
+    about a quarter in one and grows by about a quarter in the other, to odd
+    values that are not powers of two, so a kernel that hard-codes its shape,
+    its bounds or its grid, or forgets a mask, fails.
     """
     path = Path(path)
     _, tree = _parse(path)
@@ -161,16 +162,21 @@ def held_out_shapes(path: str | Path, shapes: dict[str, int] | None = None) -> l
         return declared
     base = {k.name: k.value for k in shape_knobs(path)}
     base.update(shapes or {})
-    variant = {name: derive_held_out(value) for name, value in base.items() if value >= _MIN_PERTURBED}
-    return [variant] if variant else []
+    smaller = {name: derive_held_out(value) for name, value in base.items() if value >= _MIN_PERTURBED}
+    larger = {name: derive_held_out(value, grow=True) for name, value in base.items() if value >= _MIN_PERTURBED}
+    return [smaller, larger] if smaller else []
 
 
-def derive_held_out(value: int) -> int:
-    """A nearby smaller size that is odd and not a power of two.
+def derive_held_out(value: int, grow: bool = False) -> int:
+    """A nearby smaller (or larger) size that is odd and not a power of two.
 
     >>> derive_held_out(16), derive_held_out(1024), derive_held_out(100)
     (11, 767, 73)
+    >>> derive_held_out(16, grow=True), derive_held_out(1024, grow=True)
+    (21, 1281)
     """
+    if grow:
+        return value + value // 4 + 1 + (value // 4) % 2
     new = value - value // 4 - 1
     if new % 2 == 0:
         new -= 1

@@ -58,7 +58,7 @@ platform: cpu
     store_path = run_dir / "run.sqlite"
     run = subprocess.Popen([sys.executable, "-m", "evolve.cli", "run", str(config), "--run-dir", str(run_dir)],
                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    live = {}
+    live, others = {}, {}
     try:
         deadline = time.monotonic() + 240
         while not store_path.exists():
@@ -85,9 +85,10 @@ platform: cpu
         os.kill(run.pid, signal.SIGKILL)
         run.wait(timeout=30)
     finally:
-        if run.poll() is None:
-            run.kill()
-            run.wait(timeout=30)
+        for process in [run, *others.values()]:
+            if process.poll() is None:
+                process.kill()
+                process.wait(timeout=30)
     before = snapshot(store_path)
     resumed = kevo("resume", run_dir, timeout=300)
     return run_dir, before, resumed, live

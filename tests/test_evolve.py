@@ -12,6 +12,8 @@ import ast
 import dataclasses
 import math
 import random
+import re
+from pathlib import Path
 
 import pytest
 
@@ -20,7 +22,7 @@ from evolve.dispatch import InProcessDispatcher
 from evolve.loop import STATE_KEY, Search, SearchError, run_search
 from evolve.population import Candidate, RuntimeFitness, select_parents, survivors
 from evolve.report import build_report, write_plot
-from evolve.session import search_space, start_run
+from evolve.session import default_run_dir, search_space, start_run
 from evolve.variation import vary
 from fitness import EvalResult, Status
 from operators import CROSSOVER, MUTATION, apply_params, params_of, resolve_space
@@ -63,6 +65,14 @@ class CrashingDispatcher(InProcessDispatcher):
         return super().next_result()
 
 
+class LastFirstDispatcher(InProcessDispatcher):
+    """Hands results back newest first, as a pool of GPUs may."""
+
+    def next_result(self):
+        key, source = self._queue.pop()
+        return key, self.evaluator.evaluate(source)
+
+
 class CrashingStore(RunStore):
     """Dies before the ``after``-th write of kind ``method`` commits."""
 
@@ -92,13 +102,15 @@ def make_config(**search):
     return config_from_dict(data, origin="test")
 
 
-def drive(path, config, evaluator, dispatcher_after=None, store_cls=RunStore, **crash):
+def drive(path, config, evaluator, dispatcher_after=None, store_cls=RunStore, dispatcher_cls=None, **crash):
     """Start (or resume) the run stored at ``path``; returns the stop reason."""
     store = store_cls.open(path) if path.exists() else store_cls.create(path, config.to_dict())
     for key, value in crash.items():
         setattr(store, key, value)
     seeds = [MATMUL_SEED]
-    if dispatcher_after is None:
+    if dispatcher_cls is not None:
+        dispatcher = dispatcher_cls(evaluator)
+    elif dispatcher_after is None:
         dispatcher = InProcessDispatcher(evaluator)
     else:
         dispatcher = CrashingDispatcher(evaluator, dispatcher_after)
@@ -183,6 +195,26 @@ def test_a_run_cut_short_and_resumed_equals_an_uninterrupted_one(tmp_path, islan
     assert state["islands"] == whole_state["islands"] and state["rng_state"] == whole_state["rng_state"]
     assert [r for r in after if r[0] in {c[0] for c in committed}] == committed  # nothing committed changed
     assert len(evaluator.evaluated) == len(set(evaluator.evaluated)) == 44  # none evaluated twice
+
+
+def test_results_may_arrive_in_any_order(tmp_path, islands_config, uninterrupted):
+    drive(tmp_path / "run.sqlite", islands_config, FakeEvaluator(), dispatcher_cls=LastFirstDispatcher)
+    _, (whole, _), _ = uninterrupted
+    assert rows(tmp_path / "run.sqlite")[0] == whole
+
+
+def test_nothing_in_flight_is_an_error_not_a_hang():
+    with pytest.raises(LookupError):
+        InProcessDispatcher(FakeEvaluator()).next_result()
+
+
+def test_the_default_run_directory_is_named_after_the_config_and_never_reused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    first = default_run_dir("configs/quickstart.yaml")
+    assert first.parent == Path("runs") and re.fullmatch(r"quickstart-\d{8}-\d{6}", first.name)
+    first.mkdir(parents=True)
+    second = default_run_dir("configs/quickstart.yaml")
+    assert second != first and second.name.startswith(first.name[:len("quickstart-")])
 
 
 @pytest.mark.parametrize("search, reason", [

@@ -1,7 +1,7 @@
-# attack: in __init__ (outside the forward trace) it predicts the inputs from the global RNG - the stream as left after construction, and manual_seed(s) for likely seeds - for guessed shapes, precomputes x * sigmoid(y) with PyTorch and restores the RNG state; forward never reads data on the host: one Triton kernel compares x's first 4 values with the stored fingerprints and copies the matching stored answer (zeros if none)
+# attack: in __init__ it predicts the inputs from the global RNG - the stream as left after construction, and manual_seed(s) for likely seeds - for guessed shapes, precomputes x * sigmoid(y) for them with its own (honest) Triton kernel and restores the RNG state; forward never reads data on the host: one Triton kernel compares x's first 4 values with the stored fingerprints and copies the matching stored answer (zeros if none)
 # problem: elementwise
 # expected: wrong | forbidden
-# defence: fresh secret seeds (inputs the candidate cannot predict) at every shape; inputs drawn from the evaluator's own generator rather than the global RNG a candidate can read; the forward trace cannot see work done in __init__
+# defence: fresh secret seeds (inputs the candidate cannot predict) at every shape; inputs drawn from the evaluator's own generator rather than the global RNG a candidate can read (tracing __init__ does not help: the precomputing is done by Triton)
 import torch
 import torch.nn as nn
 import triton
@@ -9,6 +9,15 @@ import triton.language as tl
 
 GUESSED_SHAPES = [(4, 100), (3, 1000), (5, 1000), (16, 16384), (128, 4096)]
 GUESSED_SEEDS = (0, 1, 2, 3, 42, 100, 101, 102, 103, 1234)
+
+
+@triton.jit
+def gate_kernel(x_ptr, y_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n_elements
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+    y = tl.load(y_ptr + offs, mask=mask, other=0.0)
+    tl.store(out_ptr + offs, x * tl.sigmoid(y), mask=mask)
 
 
 @triton.jit
@@ -35,9 +44,10 @@ class ModelNew(nn.Module):
         cuda_state = torch.cuda.get_rng_state() if dev == "cuda" else None
         self.tables = {}
         for (b, d) in GUESSED_SHAPES:
-            keys, answers = [], []
             starts = [None] + list(GUESSED_SEEDS)
-            for seed in starts:
+            keys = torch.empty(len(starts), 4, device=dev)
+            answers = torch.empty(len(starts), b * d, device=dev)
+            for i, seed in enumerate(starts):
                 torch.set_rng_state(cpu_state)
                 if cuda_state is not None:
                     torch.cuda.set_rng_state(cuda_state)
@@ -45,9 +55,9 @@ class ModelNew(nn.Module):
                     torch.manual_seed(seed)  # else: the stream continues from where construction left it
                 x = torch.randn(b, d, device=dev)
                 y = torch.randn(b, d, device=dev)
-                keys.append(x.reshape(-1)[:4].clone())
-                answers.append((x * torch.sigmoid(y)).reshape(-1))
-            self.tables[(b, d)] = (torch.stack(keys).contiguous(), torch.stack(answers).contiguous())
+                gate_kernel[(triton.cdiv(b * d, 1024),)](x, y, answers[i], b * d, BLOCK=1024)
+                keys[i].copy_(x.reshape(-1)[:4])
+            self.tables[(b, d)] = (keys, answers)
         torch.set_rng_state(cpu_state)
         if cuda_state is not None:
             torch.cuda.set_rng_state(cuda_state)

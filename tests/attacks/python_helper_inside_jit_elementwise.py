@@ -1,6 +1,6 @@
 # attack: the @triton.jit kernel calls a plain Python helper (no `torch` token inside the jit body) that does the work with PyTorch; Triton's CPU interpreter runs any Python a kernel calls
 # problem: elementwise
-# expected: forbidden | compile_error
+# expected: forbidden | compile_error | runtime_error
 # defence: runtime trace (aten.sigmoid/aten.mul appear during forward); better, the static screen should allow a jit function to call only tl.*/triton.*/math or other @triton.jit functions (on a GPU this is a compile_error)
 import torch
 import torch.nn as nn
