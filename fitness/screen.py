@@ -101,6 +101,29 @@ class _Screen(ast.NodeVisitor):
         self.has_model_new = False
         self._in_jit = False
         self.language_aliases: set[str] = set()
+        # The receiving parameter of each method defined in a class body, the
+        # private attributes those methods set on it, and the class names.
+        self._self_stack: list[str | None] = [None]
+        self._methods: set[ast.AST] = set()
+        self._own_private: set[str] = set()
+        self._class_names: set[str] = set()
+
+    def prepare(self, tree: ast.Module) -> None:
+        for cls in ast.walk(tree):
+            if not isinstance(cls, ast.ClassDef):
+                continue
+            self._class_names.add(cls.name)
+            for item in cls.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.args.args:
+                    if any(_dotted(d) in ("staticmethod", "classmethod") for d in item.decorator_list):
+                        continue
+                    self._methods.add(item)
+                    me = item.args.args[0].arg
+                    for sub in ast.walk(item):
+                        if (isinstance(sub, ast.Attribute) and isinstance(sub.ctx, ast.Store)
+                                and isinstance(sub.value, ast.Name) and sub.value.id == me
+                                and sub.attr.startswith("_") and not sub.attr.startswith("__")):
+                            self._own_private.add(sub.attr)
 
     def _is_triton_language(self, node: ast.AST) -> bool:
         name = _dotted(node)
@@ -136,7 +159,7 @@ class _Screen(ast.NodeVisitor):
                 self.language_aliases.add(alias.asname or alias.name)
         self.generic_visit(node)
 
-    def visit_Name(self, node: ast.Name) -> None:
+    def _visit_name(self, node: ast.Name) -> None:
         if node.id in FORBIDDEN_BUILTINS:
             self.fail(node, f"uses {node.id}")
         elif node.id.startswith("__") and node.id not in ALLOWED_DUNDERS:
@@ -145,22 +168,38 @@ class _Screen(ast.NodeVisitor):
             self.fail(node, "uses torch inside a @triton.jit function")
         self.generic_visit(node)
 
+    def _on_self(self, node: ast.AST) -> bool:
+        """True when ``node`` is the instance a method of ModelNew & co. receives."""
+        return isinstance(node, ast.Name) and self._self_stack[-1] is not None and node.id == self._self_stack[-1]
+
     def visit_Attribute(self, node: ast.Attribute) -> None:
         attr = node.attr
-        base_is_self = isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+        on_self = self._on_self(node.value)
         if attr in ALLOWED_DUNDERS:
             pass
         elif attr.startswith("__") and attr.endswith("__"):
             self.fail(node, f"uses attribute {attr}")
-        elif attr.startswith("_") and not base_is_self:
-            self.fail(node, f"uses private attribute {attr}")
+        elif attr.startswith("_") and not (on_self and attr in self._own_private):
+            self.fail(node, f"uses private attribute {attr} (only attributes the class sets on self may be private)")
         elif attr in FORBIDDEN_ATTRIBUTES:
             self.fail(node, f"uses attribute {attr}")
         elif attr == "load" and not self._is_triton_language(node.value):
             self.fail(node, f"uses {_dotted(node) or 'load'} (only tl.load may be called load)")
-        if isinstance(node.ctx, (ast.Store, ast.Del)) and _root_name(node) != "self":
+        if isinstance(node.value, ast.Name) and node.value.id in self._class_names:
+            self.fail(node, f"uses {node.value.id}.{attr}: methods are called on the instance")
+        if isinstance(node.ctx, (ast.Store, ast.Del)) and not self._chain_on_self(node):
             self.fail(node, f"assigns attribute {_dotted(node) or attr} of an object it does not own")
         self.generic_visit(node)
+
+    def _chain_on_self(self, node: ast.AST) -> bool:
+        while isinstance(node, (ast.Attribute, ast.Subscript)):
+            node = node.value
+        return self._on_self(node)
+
+    def visit_Name(self, node: ast.Name) -> None:
+        if isinstance(node.ctx, (ast.Store, ast.Del)) and node.id in {"self", "cls", self._self_stack[-1]}:
+            self.fail(node, f"rebinds {node.id}")
+        self._visit_name(node)
 
     def visit_Global(self, node: ast.Global) -> None:
         self.fail(node, "uses global")
@@ -175,8 +214,22 @@ class _Screen(ast.NodeVisitor):
         if is_jit:
             self.jit_functions.add(node.name)
         outer, self._in_jit = self._in_jit, self._in_jit or is_jit
+        self._self_stack.append(self._self_name_for(node))
         self.generic_visit(node)
+        self._self_stack.pop()
         self._in_jit = outer
+
+    def visit_Lambda(self, node: ast.Lambda) -> None:
+        self._self_stack.append(self._self_name_for(node))
+        self.generic_visit(node)
+        self._self_stack.pop()
+
+    def _self_name_for(self, node: ast.AST) -> str | None:
+        params = [a.arg for a in (*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs)]
+        if node in self._methods:
+            return params[0] if params else None
+        inherited = self._self_stack[-1]
+        return None if inherited in params else inherited
 
     visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
 
@@ -212,6 +265,7 @@ def screen(source: str) -> ScreenVerdict:
     except SyntaxError as exc:
         return ScreenVerdict(False, "compile_error", f"does not parse: line {exc.lineno}: {exc.msg}")
     visitor = _Screen()
+    visitor.prepare(tree)
     visitor.visit(tree)
     if visitor.problems:
         more = f" (and {len(visitor.problems) - 1} more)" if len(visitor.problems) > 1 else ""

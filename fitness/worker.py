@@ -30,6 +30,7 @@ from typing import Any
 
 from fitness import wire
 from fitness.problem import Problem, build_model, load_problem, make_inputs
+from fitness.guard import Guard
 from fitness.trace import INIT_OPS
 from platforms import TimingSettings, get_platform
 
@@ -69,7 +70,7 @@ def _watched(torch, triton_jit, interpreter) -> dict[str, tuple[Any, str]]:
     for method in ("clone", "cpu", "contiguous", "view", "reshape", "numpy", "detach",
                    "to", "numel", "__getitem__", "data_ptr", "untyped_storage"):
         watched[f"torch.Tensor.{method}"] = (torch.Tensor, method)
-    if torch.cuda.is_available():
+    if True:  # watched on every platform: a CPU run must not teach a kernel to patch them
         watched["torch.cuda.synchronize"] = (torch.cuda, "synchronize")
         watched["torch.cuda.Event"] = (torch.cuda, "Event")
         for method in ("record", "elapsed_time", "synchronize"):
@@ -101,16 +102,20 @@ class Harness:
         self.watched["threading.Thread.start"] = (threading.Thread, "start")
         self.watched["_thread.start_new_thread"] = (_thread, "start_new_thread")
         self.originals = {name: getattr(owner, attr) for name, (owner, attr) in self.watched.items()}
+        self.codes = {name: getattr(obj, "__code__", None) for name, obj in self.originals.items()}
         # The platform's own methods are watched too: the timer lives there.
-        for attr in ("time_runs", "synchronize", "flush_cache", "_start_stop", "poison_memory"):
+        for attr in ("time_runs", "synchronize", "flush_cache", "_start_stop", "poison_memory",
+                     "_timer_overhead"):
             name = f"platform.{attr}"
             self.watched[name] = (type(self.platform), attr)
             self.originals[name] = getattr(type(self.platform), attr)
+            self.codes[name] = getattr(self.originals[name], "__code__", None)
         self.source_hash = ""
         self.module: Any = None
         self.model: Any = None
         self.problem: Problem | None = None
         self.tmpdir = tempfile.mkdtemp(prefix="kevo-worker-")
+        self.guard = Guard()
 
     def _instrument_launches(self, *kernel_classes) -> None:
         """Count Triton launches and let the launcher's own tensor ops through the trace."""
@@ -123,13 +128,24 @@ class Harness:
                 trace = harness.trace
                 if trace is not None:
                     trace.launch_depth += 1
+                # Inside a launch only Triton runs (its interpreter on the CPU
+                # executes the kernel as Python): the call profile would cost
+                # more than the kernel and sees nothing of the candidate's.
+                profile = sys.getprofile()
+                sys.setprofile(None)
                 try:
                     return _original(self_, *args, **kwargs)
                 finally:
+                    sys.setprofile(profile)
                     if trace is not None:
                         trace.launch_depth -= 1
 
             cls.run = run
+
+    def _check_guard(self) -> None:
+        if self.guard.violations:
+            what = "; ".join(dict.fromkeys(self.guard.violations))
+            raise Refusal("forbidden", f"the candidate tried to {what}", fatal=True)
 
     def _instrument_threads(self) -> None:
         """Count threads started: a thread escapes the (thread-local) dispatch trace."""
@@ -152,8 +168,12 @@ class Harness:
 
     def check_tamper(self) -> None:
         for name, (owner, attr) in self.watched.items():
-            if owner.__dict__.get(attr, getattr(owner, attr, None)) is not self.originals[name]:
+            current = owner.__dict__.get(attr, getattr(owner, attr, None))
+            if current is not self.originals[name]:
                 raise Refusal("forbidden", f"the candidate replaced {name}", fatal=True)
+            # a function keeps its identity when its code is swapped
+            if getattr(current, "__code__", None) is not self.codes[name]:
+                raise Refusal("forbidden", f"the candidate rewrote the code of {name}", fatal=True)
 
     # -- steps -----------------------------------------------------------------
 
@@ -170,8 +190,10 @@ class Harness:
             spec = importlib.util.spec_from_file_location(name, path)
             module = importlib.util.module_from_spec(spec)
             sys.modules[name] = module  # Triton reads a kernel's source through its module
+            self.guard.candidate_files.add(path)
             try:
-                spec.loader.exec_module(module)
+                with self.guard.running():
+                    spec.loader.exec_module(module)
             except SyntaxError as exc:
                 raise Refusal("compile_error", f"does not compile: line {exc.lineno}: {exc.msg}")
             except Exception as exc:
@@ -184,7 +206,7 @@ class Harness:
         # parameters, not precompute answers with PyTorch.
         self.trace = trace = self.trace_cls(INIT_OPS)
         try:
-            with trace:
+            with trace, self.guard.running():
                 self.model = build_model(self.module.ModelNew, self.problem, init_seed, self.device)
         except BaseException as exc:
             if trace.violations:
@@ -199,13 +221,13 @@ class Harness:
     def _inputs(self, seed: int) -> list:
         return make_inputs(self.problem, seed, self.device)
 
-    def _run(self, args: list) -> Any:
-        """One traced forward; returns its outputs after the device is idle."""
+    def _run(self, args: list, profile: bool = True) -> Any:
+        """One traced, guarded forward; returns its outputs after the device is idle."""
         torch = self.torch
         self.trace = self.trace_cls()
         launches_before = self.launches
         try:
-            with self.trace, torch.no_grad():
+            with self.trace, torch.no_grad(), self.guard.running(profile):
                 outputs = self.model(*args)
             self.platform.synchronize()
         except Refusal:
@@ -262,7 +284,7 @@ class Harness:
             return args
 
         def run(i: int, args: list) -> None:
-            outputs = self._run(args)
+            outputs = self._run(args, profile=False)
             if i in wanted:
                 kept[i] = self._outputs(outputs)
                 source = inputs[i % len(inputs)]
@@ -288,6 +310,7 @@ class Harness:
     def handle(self, message: dict) -> tuple[dict, list]:
         step = message["step"]
         threads_before = self.threads_started
+        self.guard.violations.clear()
         try:
             if step == "load":
                 reply, tensors = self.load(message["source"], message["problem"], message["shapes"], message["init_seed"]), []
@@ -302,13 +325,15 @@ class Harness:
             else:
                 raise ValueError(f"unknown step {step!r}")
             self.check_tamper()
+            self._check_guard()
             if self.threads_started != threads_before:
                 raise Refusal("forbidden", "the candidate started a thread", fatal=True)
         except Refusal as refusal:
             try:
                 self.check_tamper()
-            except Refusal as tamper:
-                refusal = tamper
+                self._check_guard()
+            except Refusal as stronger:
+                refusal = stronger
             reply = {"ok": False, "status": refusal.status, "reason": refusal.reason, "fatal": refusal.fatal}
             tensors = []
         return reply, tensors

@@ -69,11 +69,12 @@ def test_missing_and_broken_files_are_problem_errors(tmp_path):
 
 
 def test_derived_held_out_shapes_are_odd_smaller_and_skip_structural_constants(level2):
-    (variant,) = held_out_shapes(level2, {"batch_size": 16})
-    assert variant == {"batch_size": 11, "in_features": 47, "out_features": 6143}
+    smaller, larger = held_out_shapes(level2, {"batch_size": 16})
+    assert smaller == {"batch_size": 11, "in_features": 47, "out_features": 6143}
+    assert larger == {"batch_size": 21, "in_features": 81, "out_features": 10241}
     for value in (8, 16, 100, 1024, 65536):
-        new = derive_held_out(value)
-        assert new < value and new % 2 == 1
+        assert derive_held_out(value) < value and derive_held_out(value) % 2 == 1
+        assert derive_held_out(value, grow=True) > value and derive_held_out(value, grow=True) % 2 == 1
 
 
 def test_declared_held_out_shapes_win(tmp_path):

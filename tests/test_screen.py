@@ -1,0 +1,83 @@
+"""The static screen: what a candidate may not even contain. Every rule also
+has a runtime counterpart (trace, guard, tamper check) tested in test_attacks."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import PROBLEMS
+
+from fitness.screen import screen
+
+KERNEL = """
+import torch
+import triton
+import triton.language as tl
+
+@triton.jit
+def copy(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+
+class ModelNew(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self._calls = 0
+
+    def forward(self, x):
+        out = torch.empty_like(x)
+        self._calls += 1
+        copy[(triton.cdiv(x.numel(), 128),)](x, out, x.numel(), BLOCK=128)
+        {extra}
+        return out
+"""
+
+
+def with_line(line: str) -> str:
+    return KERNEL.replace("{extra}", line)
+
+
+def test_honest_kernels_pass():
+    assert screen(with_line("pass")).ok
+    for seed in PROBLEMS.glob("*/seed.py"):
+        assert screen(seed.read_text()).ok, seed
+
+
+@pytest.mark.parametrize("line, words", [
+    ("import os", "imports os"),
+    ("import typing", "import typing"),
+    ("from typing import get_type_hints", "typing.get_type_hints"),
+    ("torch.os.environ", "environ"),
+    ("torch.ctypes", "attribute ctypes"),
+    ("torch.threading", "attribute threading"),
+    ("eval('1')", "uses eval"),
+    ("type(x)", "uses type"),
+    ("x.tolist()", "tolist"),
+    ("torch._C", "private attribute _C"),
+    ("self._C", "private attribute _C"),
+    ("x.__class__", "attribute __class__"),
+    ("torch.cuda.Event.elapsed_time = None", "does not own"),
+    ("self = torch", "rebinds self"),
+    ("ModelNew.forward(torch, x)", "methods are called on the instance"),
+    ("torch.save(x, 'f')", "save"),
+    ("torch.load('f')", "only tl.load"),
+    ("torch.cuda.CUDAGraph()", "CUDAGraph"),
+])
+def test_rule(line, words):
+    verdict = screen(with_line(line))
+    assert not verdict.ok and verdict.status == "forbidden"
+    assert words in verdict.reason, verdict.reason
+
+
+def test_self_outside_a_method_is_an_ordinary_name():
+    source = with_line("pass") + "\ndef helper(self):\n    return self._C\n"
+    assert "private attribute _C" in screen(source).reason
+    source = with_line("pass") + "\ndef patch(self):\n    self.elapsed_time = 0\n"
+    assert "does not own" in screen(source).reason
+
+
+def test_structure_is_required():
+    assert screen("def (:").status == "compile_error"
+    assert "ModelNew" in screen("import torch\n").reason
+    no_launch = KERNEL.replace("copy[(triton.cdiv(x.numel(), 128),)](x, out, x.numel(), BLOCK=128)", "pass")
+    assert "never launches" in screen(no_launch.replace("{extra}", "pass")).reason
