@@ -210,6 +210,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"kevo {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader of our stdout went away (kevo ... | head): not an error of ours
+        sys.stdout = None
+        return EXIT_ACCEPTED
 
 
 if __name__ == "__main__":
