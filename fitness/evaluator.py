@@ -243,12 +243,11 @@ class Evaluator:
             return EvalResult(Status(reply["status"]), reply["reason"], **base)
         rng = random.Random(secrets.randbits(64))
         check_runs = sorted(rng.sample(range(self.timing.min_runs), min(self.settings.timed_checks, self.timing.min_runs)))
-        # Timed inputs are fresh too: a candidate that recognises the public
-        # fixed inputs must not get to answer them from a cache while timed.
-        seeds = [secrets.randbelow(2**31 - 1) for _ in range(2)]
-        references = {seed: self._reference_outputs(self.main.problem, self.main.model, seed)[0] for seed in seeds}
+        # Timed inputs are fresh too, and new for every run: a candidate that
+        # recognises inputs it has seen must not answer them from a cache.
+        base_seed = secrets.randbelow(2**30)
         started = time.monotonic()
-        reply, outputs = self._step({"step": "time", "seeds": seeds,
+        reply, outputs = self._step({"step": "time", "base_seed": base_seed,
                                      "check_runs": check_runs, "poison": self.main.output_bytes,
                                      "timing": dataclasses.asdict(self.timing)})
         wall_s = time.monotonic() - started
@@ -256,7 +255,12 @@ class Evaluator:
             return EvalResult(Status(reply["status"]), f"while timing: {reply['reason']}", **base)
         offset = 0
         for run_index, seed, n_outputs in reply["checked"]:
-            verdict = compare(outputs[offset: offset + n_outputs], references[seed], self.cutoff)
+            if seed != base_seed + run_index:
+                self._discard_worker()
+                return EvalResult(Status.FORBIDDEN, "the worker reported a timed run on inputs it was not given",
+                                  checks=checks, **base)
+            references, _ = self._reference_outputs(self.main.problem, self.main.model, seed)
+            verdict = compare(outputs[offset: offset + n_outputs], references, self.cutoff)
             offset += n_outputs
             if verdict.status != "accepted":
                 return EvalResult(Status(verdict.status), f"timed run {run_index}: {verdict.reason}",

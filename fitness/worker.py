@@ -269,16 +269,26 @@ class Harness:
         self._check_inputs(originals, args)
         return {"ok": True}, outputs
 
-    def time(self, seeds: list[int], check_runs: list[int], poison: list[int], timing: dict) -> tuple[dict, list]:
-        """Time forward over inputs rotating through ``seeds``; ship the outputs of ``check_runs``."""
+    def time(self, base_seed: int, check_runs: list[int], poison: list[int], timing: dict) -> tuple[dict, list]:
+        """Time forward, every run on new inputs; ship the outputs of ``check_runs``.
+
+        Run ``i`` draws its inputs from ``base_seed + i`` (warm-up runs from
+        seeds past the window), so no two timed runs see the same data and a
+        kernel that memoises answers gains nothing.
+        """
         torch = self.torch
-        inputs = [self._inputs(s) for s in seeds]
         kept: dict[int, list] = {}
+        originals: dict[int, list] = {}
         wanted = set(check_runs)
         mutated: list[int] = []
 
+        def seed_of(i: int) -> int:
+            return base_seed + i if i >= 0 else base_seed + (1 << 20) - i
+
         def prepare(i: int) -> list:
-            source = inputs[i % len(inputs)]
+            source = self._inputs(seed_of(i))
+            if i in wanted:
+                originals[i] = source
             args = [x.clone() if isinstance(x, torch.Tensor) else x for x in source]
             self.platform.poison_memory(poison)
             return args
@@ -287,8 +297,8 @@ class Harness:
             outputs = self._run(args, profile=False)
             if i in wanted:
                 kept[i] = self._outputs(outputs)
-                source = inputs[i % len(inputs)]
-                if not all(not isinstance(a, torch.Tensor) or _same_bits(torch, a, b) for a, b in zip(source, args)):
+                if not all(not isinstance(a, torch.Tensor) or _same_bits(torch, a, b)
+                           for a, b in zip(originals.pop(i), args)):
                     mutated.append(i)
 
         collecting = gc.isenabled()
@@ -305,7 +315,7 @@ class Harness:
         tensors = [t for i in checked for t in kept[i]]
         return {"ok": True, "runs_ms": timing_result.runs_ms, "wall_ms": timing_result.wall_ms,
                 "overhead_ms": timing_result.overhead_ms,
-                "checked": [[i, seeds[i % len(seeds)], len(kept[i])] for i in checked]}, tensors
+                "checked": [[i, seed_of(i), len(kept[i])] for i in checked]}, tensors
 
     def handle(self, message: dict) -> tuple[dict, list]:
         step = message["step"]
@@ -317,7 +327,7 @@ class Harness:
             elif step == "call":
                 reply, tensors = self.call(message["seed"], message["poison"])
             elif step == "time":
-                reply, tensors = self.time(message["seeds"], message["check_runs"], message["poison"], message["timing"])
+                reply, tensors = self.time(message["base_seed"], message["check_runs"], message["poison"], message["timing"])
             elif step == "ping":
                 reply, tensors = {"ok": True}, []
             elif step == "info":

@@ -1,6 +1,7 @@
 # attack: in __init__ it predicts the inputs from the global RNG - the stream as left after construction, and manual_seed(s) for likely seeds - for guessed shapes, precomputes x * sigmoid(y) for them with its own (honest) Triton kernel and restores the RNG state; forward never reads data on the host: one Triton kernel compares x's first 4 values with the stored fingerprints and copies the matching stored answer (zeros if none)
 # problem: elementwise
-# expected: wrong | forbidden
+# expected: wrong | forbidden | runtime_error
+# note: Triton 3.9's interpreter refuses its fingerprint mask (runtime_error); 3.6 runs it (wrong)
 # defence: fresh secret seeds (inputs the candidate cannot predict) at every shape; inputs drawn from the evaluator's own generator rather than the global RNG a candidate can read (tracing __init__ does not help: the precomputing is done by Triton)
 import torch
 import torch.nn as nn
