@@ -13,6 +13,7 @@ from rich.console import Console
 from evolve.config import ConfigError
 from evolve.loop import SearchError
 from evolve.progress import Progress
+from evolve.ray_dispatch import RayUnavailable
 from evolve.report import PLOT_FILE, build_report, format_counts, print_report, write_plot
 from evolve.session import RunError, open_store, resume_run, start_run
 from fitness import CutoffError, EvalSettings, Evaluator, ProblemError
@@ -204,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
                         format="kevo: %(message)s", stream=sys.stderr)
     try:
         return args.func(args)
-    except (UsageError, ProblemError, CutoffError, PlatformUnavailable, ConfigError, RunError, SearchError) as exc:
+    except (UsageError, ProblemError, CutoffError, PlatformUnavailable, ConfigError, RunError, SearchError,
+            RayUnavailable) as exc:
         print(f"kevo {args.command}: {exc}", file=sys.stderr)
         return EXIT_UNUSABLE
     except KeyboardInterrupt:

@@ -95,6 +95,14 @@ class LlmConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class ClusterConfig:
+    address: str | None = None  # an existing Ray cluster to join; None: start a local, loopback-only one
+    # Evaluator actors (Ray): None is one per GPU, and no Ray at all on platform cpu;
+    # 0 evaluates in this process, without Ray; n > 0 runs n actors (CPU actors on platform cpu).
+    actors: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
 class Config:
     problem: ProblemConfig
     fitness: FitnessConfig = dataclasses.field(default_factory=FitnessConfig)
@@ -102,6 +110,7 @@ class Config:
     operators: OperatorsConfig = dataclasses.field(default_factory=OperatorsConfig)
     llm: LlmConfig = dataclasses.field(default_factory=LlmConfig)
     platform: PlatformName = PlatformName.AUTO
+    cluster: ClusterConfig = dataclasses.field(default_factory=ClusterConfig)
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved config as plain JSON-ready data (what a run stores)."""
@@ -244,6 +253,10 @@ def _check_values(config: Config, origin: str) -> None:
         require(value is None or value > 0, f"search.{key}", "must be positive (or left out)")
     require(config.fitness.max_abs_diff is None or config.fitness.max_abs_diff > 0,
             "fitness.max_abs_diff", "must be positive")
+    require(config.cluster.actors is None or config.cluster.actors >= 0, "cluster.actors",
+            "must be 0 (evaluate in this process), a positive number of actors, or left out (one per GPU)")
+    require(config.cluster.address is None or config.cluster.address.strip() != "", "cluster.address",
+            "must name a Ray cluster (host:port, or 'auto'), or be left out to start a local one")
     require(config.fitness.timeout_s > 0, "fitness.timeout_s", "must be positive")
     require(all(w >= 0 for w in ops.weights.values()) and sum(ops.weights.values()) > 0,
             "operators.weights", "weights must be >= 0 and at least one positive")

@@ -14,13 +14,16 @@ import logging
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-from evolve.config import Config, ConfigError, config_from_dict, load_config
-from evolve.dispatch import InProcessDispatcher
+from evolve.config import Config, ConfigError, PlatformName, config_from_dict, load_config
+from evolve.dispatch import Dispatcher, InProcessDispatcher
 from evolve.loop import Search, run_search
 from evolve.population import Candidate
+from evolve.ray_dispatch import EvaluatorSpec, RayDispatcher
 from fitness import EvalSettings, Evaluator
 from operators import SpaceError, check_space, resolve_space
+from platforms import get_platform
 from population_store import RunStore, StoreError
 
 log = logging.getLogger(__name__)
@@ -63,7 +66,7 @@ def start_run(config_path: str | Path, run_dir: str | Path | None = None,
     run_dir = Path(run_dir) if run_dir is not None else default_run_dir(config_path)
     if (run_dir / STORE_FILE).exists():  # before the evaluator, which can take a while to prepare
         raise _taken(run_dir)
-    with make_evaluator(config) as evaluator:
+    with make_dispatcher(config) as (dispatcher, where):
         run_dir.mkdir(parents=True, exist_ok=True)
         with _locked(run_dir):
             try:
@@ -72,7 +75,8 @@ def start_run(config_path: str | Path, run_dir: str | Path | None = None,
                 raise _taken(run_dir) from None
             with store:
                 _put_setup(store, seeds, space)
-                return _search("started", run_dir, store, evaluator, config, seeds, space, observer or Observer())
+                return _search("started", run_dir, store, dispatcher, where, config, seeds, space,
+                               observer or Observer())
 
 
 def resume_run(run_dir: str | Path, observer: Observer | None = None) -> str:
@@ -87,8 +91,9 @@ def resume_run(run_dir: str | Path, observer: Observer | None = None) -> str:
             _put_setup(store, seeds, space)
         else:
             seeds, space = setup["seeds"], {k: tuple(v) for k, v in setup["space"].items()}
-        with make_evaluator(config) as evaluator:
-            return _search("resumed", run_dir, store, evaluator, config, seeds, space, observer or Observer())
+        with make_dispatcher(config) as (dispatcher, where):
+            return _search("resumed", run_dir, store, dispatcher, where, config, seeds, space,
+                           observer or Observer())
 
 
 def open_store(run_dir: str | Path, readonly: bool = False) -> RunStore:
@@ -124,10 +129,47 @@ def search_space(config: Config, seeds: list[str]) -> dict[str, tuple[int, ...]]
 
 def make_evaluator(config: Config) -> Evaluator:
     """The evaluator the config describes (raises ``ProblemError``, ``CutoffError``, ``PlatformUnavailable``)."""
+    return evaluator_spec(config).build()
+
+
+def evaluator_spec(config: Config) -> EvaluatorSpec:
+    """What builds the config's evaluator, in this process or in a Ray actor."""
     problem = config.problem
-    return Evaluator(problem.reference, platform=config.platform.value, shapes=problem.shapes,
-                     max_abs_diff=config.fitness.max_abs_diff, held_out=problem.held_out_shapes,
-                     settings=EvalSettings(timeout_s=config.fitness.timeout_s))
+    return EvaluatorSpec(str(problem.reference), platform=config.platform.value, shapes=dict(problem.shapes),
+                         max_abs_diff=config.fitness.max_abs_diff, held_out=problem.held_out_shapes,
+                         settings=EvalSettings(timeout_s=config.fitness.timeout_s))
+
+
+def uses_ray(config: Config) -> bool:
+    """Whether the config's candidates are evaluated on Ray actors rather than in this process.
+
+    ``cluster.actors`` decides when it is set (0: in process); left out, Ray
+    is used when a cluster address is given or the platform is a GPU.
+    """
+    actors = config.cluster.actors
+    if actors is not None:
+        return actors > 0
+    if config.cluster.address is not None:
+        return True
+    if config.platform is PlatformName.AUTO:
+        return get_platform("auto").name != PlatformName.CPU.value
+    return config.platform is not PlatformName.CPU
+
+
+@contextlib.contextmanager
+def make_dispatcher(config: Config) -> Iterator[tuple[Dispatcher, dict[str, Any]]]:
+    """The dispatcher the config describes, and where it evaluates (platform, device_name, cutoff).
+
+    Raises what ``make_evaluator`` raises, and ``RayUnavailable``.
+    """
+    if not uses_ray(config):
+        with make_evaluator(config) as evaluator, InProcessDispatcher(evaluator) as dispatcher:
+            yield dispatcher, {"platform": evaluator.platform.name, "device_name": evaluator.platform.device_name(),
+                               "cutoff": evaluator.cutoff}
+        return
+    cluster = config.cluster
+    with RayDispatcher(evaluator_spec(config), num_actors=cluster.actors, address=cluster.address) as dispatcher:
+        yield dispatcher, dict(dispatcher.info)
 
 
 def _read_seeds(config: Config) -> list[str]:
@@ -147,17 +189,15 @@ def _taken(run_dir: Path) -> RunError:
                     "or choose another --run-dir")
 
 
-def _search(how: str, run_dir: Path, store: RunStore, evaluator: Evaluator, config: Config,
-            seeds: list[str], space: dict[str, tuple[int, ...]], observer: Observer) -> str:
+def _search(how: str, run_dir: Path, store: RunStore, dispatcher: Dispatcher, where: dict[str, Any],
+            config: Config, seeds: list[str], space: dict[str, tuple[int, ...]], observer: Observer) -> str:
     log.info("llm.model is %r: LLM operators are not available yet, so this run uses parametric "
              "mutation and crossover only", config.llm.model)
-    store.record_event(how, {"platform": evaluator.platform.name, "device_name": evaluator.platform.device_name(),
-                             "cutoff": evaluator.cutoff, "llm": config.llm.model,
+    store.record_event(how, {**where, "llm": config.llm.model,
                              "operators": [op.value for op, w in config.operators.weights.items() if w > 0]})
     observer.started(run_dir, store, config)
-    with InProcessDispatcher(evaluator) as dispatcher:
-        search = Search(store, dispatcher, config, seeds, space, lambda c: observer.result(c, store))
-        return run_search(search)
+    search = Search(store, dispatcher, config, seeds, space, lambda c: observer.result(c, store))
+    return run_search(search)
 
 
 @contextlib.contextmanager

@@ -21,6 +21,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -417,6 +418,10 @@ def main(argv: list[str]) -> None:
         try:
             message, _ = wire.receive(in_fd)
         except wire.ChannelClosed:
+            # the evaluator is gone (closed, or killed): leave nothing behind
+            shutil.rmtree(harness.tmpdir, ignore_errors=True)
+            if spill_dir:
+                shutil.rmtree(spill_dir, ignore_errors=True)
             return
         nonce = message.get("nonce")
         try:

@@ -1,0 +1,331 @@
+"""Evaluation on Ray: one actor per GPU, each holding a warm ``fitness.Evaluator``.
+
+``RayDispatcher`` implements ``Dispatcher``. Every actor builds its own
+``Evaluator`` (reference outputs on its device, one sandboxed worker kept warm)
+from an ``EvaluatorSpec`` of plain, picklable values. ``submit`` hands a
+candidate to an idle actor or queues it; ``next_result`` waits for whichever
+actor finishes first. Ray gives each GPU actor its device through the
+platform's visibility variable (``CUDA_VISIBLE_DEVICES``, ...), so inside the
+actor the platform's device 0 is the actor's GPU. Without a GPU, CPU actors run
+the ``cpu`` platform.
+
+A candidate that crashes or hangs is already a result inside the evaluator.
+An actor that dies (its process killed, its node lost) sends the candidate it
+held back to the queue once and is replaced; a candidate that has taken down
+``MAX_ACTOR_DEATHS`` actors is recorded as ``crashed``.
+
+>>> spec = EvaluatorSpec("problems/elementwise/reference.py", platform="cpu",
+...                      shapes={"batch_size": 4, "dim": 100})  # doctest: +SKIP
+>>> with RayDispatcher(spec, num_actors=2) as dispatcher:  # doctest: +SKIP
+...     dispatcher.submit(1, source)
+...     dispatcher.next_result()
+(1, EvalResult(status=<Status.ACCEPTED: 'accepted'>, ...))
+
+Ray is imported only when a ``RayDispatcher`` is made or ``start_ray`` is
+called: the in-process path never needs it.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from evolve.dispatch import Dispatcher
+from fitness import CutoffError, EvalResult, EvalSettings, Evaluator, ProblemError, Status
+from platforms import PlatformUnavailable
+
+log = logging.getLogger(__name__)
+
+#: A candidate whose evaluation has killed this many actors is recorded as crashed.
+MAX_ACTOR_DEATHS = 2
+#: CPU actors when the platform is ``cpu`` and no count is given.
+DEFAULT_CPU_ACTORS = 2
+
+# Environment of a local Ray instance that must reach nothing but loopback.
+# RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 makes every Ray process take 127.0.0.1 as
+# its node address instead of finding one with a UDP connect to a public
+# resolver (Ray reads it when ``ray`` is imported). Token authentication is
+# off: the instance listens on loopback only, and the sandboxed worker that
+# runs candidates never sees Ray's environment anyway (fitness.sandbox drops
+# *AUTH* and *TOKEN* names).
+_LOCAL_ENV = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_AUTH_MODE": "disabled",
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+}
+# Ray's head asks the cloud metadata address (169.254.169.254) which cloud it
+# runs on unless $HOME/ray_bootstrap_config.yaml exists, even with usage stats
+# off. Rather than write into the user's home, the head processes are started
+# with HOME pointing at a kevo directory that holds that file; actors get the
+# real HOME back (see ``RayDispatcher``).
+_BOOTSTRAP_FILE = "ray_bootstrap_config.yaml"
+_BOOTSTRAP_TEXT = "# written by kevo: tells Ray's head it runs on a local cluster\nprovider: {type: local}\n"
+
+
+class RayUnavailable(RuntimeError):
+    """Ray is not installed, or the cluster cannot run the evaluators asked for."""
+
+
+@dataclasses.dataclass(frozen=True)
+class EvaluatorSpec:
+    """Everything an actor needs to build its ``Evaluator``: plain values only."""
+
+    reference: str
+    platform: str = "auto"
+    shapes: dict[str, int] = dataclasses.field(default_factory=dict)
+    max_abs_diff: float | None = None
+    held_out: list[dict[str, int]] | None = None
+    settings: EvalSettings = dataclasses.field(default_factory=EvalSettings)
+
+    def build(self) -> Evaluator:
+        """The evaluator (raises ``ProblemError``, ``CutoffError``, ``PlatformUnavailable``)."""
+        return Evaluator(self.reference, platform=self.platform, shapes=self.shapes,
+                         max_abs_diff=self.max_abs_diff, held_out=self.held_out, settings=self.settings)
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise RayUnavailable("Ray is not installed: pip install 'ray>=2.50' "
+                             "(or set cluster.actors: 0 to evaluate in this process)") from None
+    return ray
+
+
+def start_ray(address: str | None = None, num_cpus: int | None = None, num_gpus: int | None = None) -> None:
+    """Connect to Ray: join the cluster at ``address``, or start a loopback-only local instance.
+
+    A local instance binds and connects to 127.0.0.1 only, sends no usage
+    statistics, asks no cloud metadata service, runs no dashboard, and has
+    ``num_cpus`` (default: this machine's cores) and ``num_gpus`` (default:
+    what Ray detects). Does nothing when Ray is already initialised.
+    """
+    if address is None:
+        # Before the import: Ray reads some of these when it is imported.
+        os.environ.update(_LOCAL_ENV)
+    ray = _import_ray()
+    if ray.is_initialized():
+        return
+    if address is not None:
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        ray.init(address=address, log_to_driver=False)
+        return
+    home = os.environ.get("HOME")
+    os.environ["HOME"] = _bootstrap_home()
+    try:
+        ray.init(num_cpus=num_cpus or os.cpu_count() or 1, num_gpus=num_gpus, include_dashboard=False,
+                 _node_ip_address="127.0.0.1", log_to_driver=False)
+    finally:
+        if home is None:
+            del os.environ["HOME"]
+        else:
+            os.environ["HOME"] = home
+
+
+def _bootstrap_home() -> str:
+    """A directory of kevo's holding Ray's local-cluster marker file."""
+    home = Path(tempfile.gettempdir()) / f"kevo-ray-home-{os.getuid()}"
+    home.mkdir(mode=0o700, exist_ok=True)
+    marker = home / _BOOTSTRAP_FILE
+    if not marker.is_file():
+        marker.write_text(_BOOTSTRAP_TEXT, encoding="utf-8")
+    return str(home)
+
+
+class EvaluatorActor:
+    """What runs in each actor: one ``Evaluator`` and its warm worker.
+
+    A problem the evaluator refuses (``ProblemError``, ...) is kept and raised
+    by ``ready`` and ``evaluate``, so the driver sees the original error.
+    """
+
+    def __init__(self, spec: EvaluatorSpec, home: str | None = None) -> None:
+        if home is not None:
+            os.environ["HOME"] = home  # undo the bootstrap HOME the local head was started with
+        self.setup_error: Exception | None = None
+        self.evaluator: Evaluator | None = None
+        try:
+            self.evaluator = spec.build()
+        except (ProblemError, CutoffError, PlatformUnavailable) as exc:
+            self.setup_error = exc
+
+    def ready(self) -> dict[str, Any]:
+        """Where this actor evaluates: pid, platform, device name, cutoff."""
+        evaluator = self._evaluator()
+        return {"pid": os.getpid(), "platform": evaluator.platform.name,
+                "device_name": evaluator.platform.device_name(), "cutoff": evaluator.cutoff}
+
+    def evaluate(self, source: str) -> tuple[int, EvalResult]:
+        """(this actor's pid, the verdict on ``source``)."""
+        return os.getpid(), self._evaluator().evaluate(source)
+
+    def close(self) -> None:
+        if self.evaluator is not None:
+            self.evaluator.close()
+
+    def _evaluator(self) -> Evaluator:
+        if self.setup_error is not None:
+            raise self.setup_error
+        assert self.evaluator is not None
+        return self.evaluator
+
+
+@dataclasses.dataclass
+class _Job:
+    key: int
+    source: str
+    actor: Any = None
+
+
+class RayDispatcher(Dispatcher):
+    """Evaluates on Ray actors, one per GPU (or ``num_actors`` CPU actors without one).
+
+    ``address`` joins an existing cluster; ``None`` starts (or reuses) a local,
+    loopback-only instance. The constructor returns once every actor has built
+    its evaluator, so a problem the evaluator refuses raises here.
+    """
+
+    def __init__(self, spec: EvaluatorSpec, num_actors: int | None = None, address: str | None = None,
+                 ready_timeout_s: float = 600.0) -> None:
+        if num_actors is not None and num_actors < 1:
+            raise ValueError(f"num_actors must be at least 1 (or None for one per GPU), got {num_actors}")
+        start_ray(address)
+        self._ray = ray = _import_ray()
+        gpus = int(ray.cluster_resources().get("GPU", 0))
+        self._options, count = _actor_plan(spec.platform, gpus, num_actors)
+        self._remote = ray.remote(EvaluatorActor)
+        self._spec = spec
+        self._home = os.environ.get("HOME") if address is None else None
+        self._queue: collections.deque[_Job] = collections.deque()
+        self._idle: list[Any] = []
+        self._running: dict[Any, _Job] = {}  # object ref -> the job it answers
+        self._deaths: collections.Counter[int] = collections.Counter()
+        self._verdicts: collections.deque[tuple[int, EvalResult]] = collections.deque()
+        self.pids: dict[Any, int] = {}  # actor handle -> its process id, once known
+        self.served_by: dict[int, int] = {}  # key -> pid of the actor whose result was returned
+        actors = [self._new_actor() for _ in range(count)]
+        try:
+            infos = self._get([a.ready.remote() for a in actors], ready_timeout_s)
+        except BaseException:
+            for actor in actors:
+                ray.kill(actor)
+            raise
+        for actor, info in zip(actors, infos):
+            self.pids[actor] = info["pid"]
+        self.info = {k: v for k, v in infos[0].items() if k != "pid"}
+        self._idle.extend(actors)
+        log.info("evaluating on %d Ray actor(s): %s", count, self.info["device_name"])
+
+    # -- Dispatcher ------------------------------------------------------------
+
+    def submit(self, key: int, source: str) -> None:
+        self._queue.append(_Job(key, source))
+        self._hand_out()
+
+    def next_result(self) -> tuple[int, EvalResult]:
+        while not self._verdicts:
+            if not self._running:
+                raise LookupError("no candidate is in flight")
+            (ref,), _ = self._ray.wait(list(self._running), num_returns=1)
+            self._collect(ref)
+            self._hand_out()
+        return self._verdicts.popleft()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._queue) + len(self._running) + len(self._verdicts)
+
+    def close(self) -> None:
+        """Stop every actor (and so its evaluator's worker); queued work is dropped."""
+        actors = [*self._idle, *(job.actor for job in self._running.values())]
+        self._queue.clear()
+        self._running.clear()
+        self._idle.clear()
+        for actor in actors:
+            try:
+                self._ray.get(actor.close.remote(), timeout=30)
+            except Exception:  # a dead or stuck actor: killing it below is all that is left to do
+                pass
+            self._ray.kill(actor)
+
+    # -- the actors ------------------------------------------------------------
+
+    def actors(self) -> list[Any]:
+        """Handles of the live actors (for inspection and tests)."""
+        return [*self._idle, *(job.actor for job in self._running.values())]
+
+    def running(self) -> dict[int, Any]:
+        """Key -> handle of the actor evaluating it now."""
+        return {job.key: job.actor for job in self._running.values()}
+
+    def _new_actor(self) -> Any:
+        return self._remote.options(**self._options).remote(self._spec, self._home)
+
+    def _hand_out(self) -> None:
+        while self._idle and self._queue:
+            job = self._queue.popleft()
+            job.actor = self._idle.pop()
+            self._running[job.actor.evaluate.remote(job.source)] = job
+
+    def _collect(self, ref: Any) -> None:
+        ray = self._ray
+        job = self._running.pop(ref)
+        try:
+            pid, result = ray.get(ref)
+        except ray.exceptions.RayActorError as exc:
+            self._lost(job, exc)
+            return
+        except ray.exceptions.RayTaskError as exc:  # a bug of kevo in the actor: raise it here
+            raise exc.as_instanceof_cause() from None
+        self.pids[job.actor] = pid
+        self.served_by[job.key] = pid
+        self._idle.append(job.actor)
+        self._verdicts.append((job.key, result))
+
+    def _lost(self, job: _Job, exc: Exception) -> None:
+        """``job``'s actor died: replace it, and retry the job unless it has killed too many."""
+        self._ray.kill(job.actor)
+        self.pids.pop(job.actor, None)
+        self._idle.append(self._new_actor())  # its first evaluate call waits for its setup
+        self._deaths[job.key] += 1
+        deaths = self._deaths[job.key]
+        cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if deaths >= MAX_ACTOR_DEATHS:
+            log.warning("candidate %s: its evaluation killed %d actors; recorded as crashed", job.key, deaths)
+            reason = (f"the evaluating Ray actor died {deaths} times while evaluating this candidate "
+                      f"({type(exc).__name__}: {cause})")
+            self._verdicts.append((job.key, EvalResult(Status.CRASHED, reason, platform=self.info["platform"],
+                                                       device_name=self.info["device_name"])))
+        else:
+            log.warning("candidate %s: the Ray actor evaluating it died (%s); evaluating it again on a new actor",
+                        job.key, type(exc).__name__)
+            self._queue.appendleft(dataclasses.replace(job, actor=None))
+
+    def _get(self, refs: list[Any], timeout_s: float) -> list[Any]:
+        ray = self._ray
+        try:
+            return ray.get(refs, timeout=timeout_s)
+        except ray.exceptions.GetTimeoutError:
+            raise RayUnavailable(f"the Ray evaluator actors were not ready within {timeout_s:.0f} s "
+                                 f"(asked for {self._options}; cluster has {ray.available_resources()})") from None
+        except ray.exceptions.RayTaskError as exc:
+            if isinstance(exc.cause, (ProblemError, CutoffError, PlatformUnavailable)):
+                raise exc.cause from None
+            raise exc.as_instanceof_cause() from None
+
+
+def _actor_plan(platform: str, gpus: int, num_actors: int | None) -> tuple[dict[str, Any], int]:
+    """(actor options, actor count) for ``platform`` on a cluster with ``gpus`` GPUs."""
+    if platform == "cpu" or (platform == "auto" and gpus == 0):
+        return {"num_cpus": 1}, num_actors or DEFAULT_CPU_ACTORS
+    if gpus == 0:
+        raise PlatformUnavailable(f"platform {platform!r} needs GPUs, but the Ray cluster has none")
+    count = num_actors or gpus
+    if count > gpus:
+        raise PlatformUnavailable(f"cluster.actors is {count}, but the Ray cluster has only {gpus} GPU(s)")
+    return {"num_gpus": 1}, count

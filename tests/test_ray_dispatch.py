@@ -1,0 +1,188 @@
+"""Evaluation on Ray actors (evolve.ray_dispatch), on CPU actors.
+
+Ray starts once for the whole module (2 CPUs); one dispatcher with two CPU
+actors serves the dispatch tests. Candidates that must stay in flight while an
+actor is killed are the hanging attack kernel: it holds its actor for
+``TIMEOUT_S`` and then comes back as ``timeout``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import PROBLEMS, ROOT, SMALL_SHAPES
+
+from evolve.config import config_from_dict
+from evolve.session import uses_ray
+from fitness import CutoffError, EvalSettings, Status
+
+ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'ray>=2.50')")
+
+from evolve.ray_dispatch import EvaluatorSpec, RayDispatcher, start_ray  # noqa: E402
+
+ATTACKS = Path(__file__).parent / "attacks"
+SEED = (PROBLEMS / "elementwise" / "seed.py").read_text()
+HANG = (ATTACKS / "hang_forward_loop_elementwise.py").read_text()
+QUIT = (ATTACKS / "exit_builtin_quit_elementwise.py").read_text()
+# Long enough for an honest step on a busy 2-core machine, short enough for a hang to be cheap.
+TIMEOUT_S = 8.0
+WAIT_S = 120  # nothing here may block longer than this
+
+
+def spec(**overrides) -> EvaluatorSpec:
+    fields = dict(reference=str(PROBLEMS / "elementwise" / "reference.py"), platform="cpu",
+                  shapes=SMALL_SHAPES["elementwise"], held_out=[],
+                  settings=EvalSettings(timeout_s=TIMEOUT_S, startup_timeout_s=60))
+    return EvaluatorSpec(**{**fields, **overrides})
+
+
+# -- loopback only -----------------------------------------------------------------
+
+PROBE = textwrap.dedent("""
+    import os
+    from evolve.ray_dispatch import start_ray
+    start_ray(num_cpus=1)
+    import ray
+
+    @ray.remote(num_cpus=1)
+    def pid():
+        return os.getpid()
+
+    assert ray.get(pid.remote(), timeout=60) != os.getpid()
+    ray.shutdown()
+""")
+CONNECT = re.compile(r"connect\(\d+, \{sa_family=(AF_INET6?),")
+ADDRESS = re.compile(r'inet_addr\("([^"]+)"\)|inet_pton\(AF_INET6, "([^"]+)"')
+LOOPBACK = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
+
+
+def test_local_ray_connects_to_loopback_only(tmp_path):
+    strace = shutil.which("strace") or ("/usr/bin/strace" if Path("/usr/bin/strace").exists() else None)
+    if strace is None:
+        pytest.skip("strace is not installed (apt-get install strace): cannot watch Ray's connections")
+    trace = tmp_path / "connect.trace"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    done = subprocess.run([strace, "-f", "-e", "trace=connect", "-o", str(trace), sys.executable, "-c", PROBE],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=WAIT_S)
+    assert done.returncode == 0, done.stderr[-3000:]
+    inet = [line for line in trace.read_text().splitlines() if CONNECT.search(line)]
+    addresses = {a or b for line in inet for a, b in ADDRESS.findall(line)}
+    assert inet and addresses, "no TCP/UDP connect was traced: the probe did not reach Ray"
+    assert addresses <= LOOPBACK, "Ray connected off loopback:\n" + "\n".join(
+        line for line in inet if not any(a in line for a in LOOPBACK))
+
+
+# -- dispatch -----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    start_ray(num_cpus=2)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def dispatcher(local_ray):
+    with RayDispatcher(spec(), num_actors=2) as d:
+        yield d
+
+
+def wait_until(condition, what: str, timeout: float = WAIT_S):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_every_key_comes_back_once_and_both_actors_work(dispatcher):
+    for key in range(4):
+        dispatcher.submit(key, SEED)
+    assert dispatcher.in_flight == 4
+    assert len(dispatcher.running()) == 2  # one per actor; the other two wait in the queue
+    results = dict(dispatcher.results())
+    assert sorted(results) == [0, 1, 2, 3]
+    assert all(r.status is Status.ACCEPTED for r in results.values()), results
+    assert dispatcher.in_flight == 0
+    assert len({dispatcher.served_by[k] for k in results}) == 2, dispatcher.served_by
+    with pytest.raises(LookupError):
+        dispatcher.next_result()
+
+
+def test_failed_candidates_are_results_and_not_retried(dispatcher):
+    pids = set(dispatcher.pids.values())
+    dispatcher.submit(10, HANG)
+    dispatcher.submit(11, QUIT)
+    results = dict(dispatcher.results())
+    assert results[10].status is Status.TIMEOUT, results[10]
+    assert results[11].status in (Status.CRASHED, Status.RUNTIME_ERROR, Status.FORBIDDEN), results[11]
+    assert set(dispatcher.pids.values()) == pids  # no actor was lost or replaced
+    assert not dispatcher._deaths
+
+
+def test_killed_actor_requeues_its_candidate_on_a_replacement(dispatcher):
+    dispatcher.submit(20, HANG)
+    actor = dispatcher.running()[20]
+    killed = dispatcher.pids[actor]
+    time.sleep(0.5)  # let the evaluation start
+    ray.kill(actor)
+    key, result = dispatcher.next_result()
+    assert key == 20 and result.status is Status.TIMEOUT, result  # evaluated again, to its own verdict
+    assert dispatcher.served_by[20] != killed
+    assert dispatcher.in_flight == 0 and len(dispatcher.actors()) == 2
+
+
+def test_candidate_that_kills_two_actors_is_recorded_as_crashed(dispatcher):
+    dispatcher.submit(30, HANG)
+    first = dispatcher.running()[30]
+    answer: list = []
+    collector = threading.Thread(target=lambda: answer.append(dispatcher.next_result()), daemon=True)
+    time.sleep(0.5)
+    ray.kill(first)
+    collector.start()  # handles the death: requeues 30 on another actor, and waits
+    second = wait_until(lambda: (a := dispatcher.running().get(30)) is not None and a != first and a,
+                        "the candidate to be evaluated again")
+    time.sleep(0.5)
+    ray.kill(second)
+    collector.join(WAIT_S)
+    assert answer, "next_result did not return"
+    key, result = answer[0]
+    assert key == 30 and result.status is Status.CRASHED, result
+    assert "died 2 times" in result.reason
+    assert dispatcher.in_flight == 0 and len(dispatcher.actors()) == 2
+    dispatcher.submit(31, SEED)  # the replacements work
+    assert dispatcher.next_result()[1].status is Status.ACCEPTED
+
+
+def test_a_problem_the_evaluator_refuses_raises_from_the_constructor(local_ray):
+    with pytest.raises(CutoffError):  # so lax that all zeros would pass
+        RayDispatcher(spec(max_abs_diff=100.0), num_actors=1)
+
+
+# -- choosing the dispatcher ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("platform, cluster, expected", [
+    ("cpu", {}, False),  # the quickstart stays in process
+    ("cpu", {"actors": 2}, True),
+    ("cuda", {"actors": 0}, False),
+    ("cuda", {}, True),
+    ("cpu", {"address": "10.0.0.1:6379"}, True),
+])
+def test_which_dispatcher_the_config_chooses(platform, cluster, expected):
+    config = config_from_dict({"problem": {"reference": "r.py", "seeds": ["s.py"]}, "platform": platform,
+                               "cluster": cluster}, origin="test.yaml", base_dir=ROOT)
+    assert uses_ray(config) is expected
