@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import random
 import secrets
 import statistics
 import time
@@ -47,7 +46,7 @@ class EvalSettings:
     fresh_inputs: int = 1  # secret random input sets per shape, new for every candidate
     init_seed: int = 42  # seeds weights before Model and before ModelNew
     timing: TimingSettings | None = None  # None: the platform's default
-    timed_checks: int = 3  # random timed runs whose outputs are checked, besides the last
+    timed_checks: int = 3  # timed runs drawn from the whole window whose outputs are checked, besides the last
     timeout_s: float = 300.0  # per step (import, one call, one timing window)
     startup_timeout_s: float = 180.0
     memory_limit_bytes: int = 0  # address-space cap of a CPU worker; 0: none
@@ -241,21 +240,26 @@ class Evaluator:
                                "shapes": self.main.shapes, "init_seed": self.settings.init_seed})
         if not reply["ok"]:
             return EvalResult(Status(reply["status"]), reply["reason"], **base)
-        rng = random.Random(secrets.randbits(64))
-        check_runs = sorted(rng.sample(range(self.timing.min_runs), min(self.settings.timed_checks, self.timing.min_runs)))
         # Timed inputs are fresh too, and new for every run: a candidate that
         # recognises inputs it has seen must not answer them from a cache.
         base_seed = secrets.randbelow(2**30)
         started = time.monotonic()
         reply, outputs = self._step({"step": "time", "base_seed": base_seed,
-                                     "check_runs": check_runs, "poison": self.main.output_bytes,
+                                     "check_seed": secrets.randbits(64), "checks": self.settings.timed_checks,
+                                     "poison": self.main.output_bytes,
                                      "timing": dataclasses.asdict(self.timing)})
         wall_s = time.monotonic() - started
         if not reply["ok"]:
             return EvalResult(Status(reply["status"]), f"while timing: {reply['reason']}", **base)
         offset = 0
+        n_runs = len(reply["runs_ms"])
+        indices = [row[0] for row in reply["checked"]]
+        if n_runs - 1 not in indices or len(set(indices)) < min(n_runs, self.settings.timed_checks):
+            self._discard_worker()
+            return EvalResult(Status.FORBIDDEN, "the worker did not return the timed runs it had to",
+                              checks=checks, **base)
         for run_index, seed, n_outputs in reply["checked"]:
-            if seed != base_seed + run_index:
+            if seed != base_seed + run_index or not 0 <= run_index < n_runs:
                 self._discard_worker()
                 return EvalResult(Status.FORBIDDEN, "the worker reported a timed run on inputs it was not given",
                                   checks=checks, **base)

@@ -21,6 +21,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import random
 import shutil
 import sys
 import tempfile
@@ -180,7 +181,6 @@ class Harness:
 
     def load(self, source: str, problem_path: str, shapes: dict[str, int], init_seed: int) -> dict:
         """Import the candidate (once per source) and build ``ModelNew`` for ``shapes``."""
-        torch = self.torch
         digest = hashlib.sha256(source.encode()).hexdigest()[:16]
         if digest != self.source_hash:
             self.module, self.model = None, None
@@ -270,37 +270,51 @@ class Harness:
         self._check_inputs(originals, args)
         return {"ok": True}, outputs
 
-    def time(self, base_seed: int, check_runs: list[int], poison: list[int], timing: dict) -> tuple[dict, list]:
-        """Time forward, every run on new inputs; ship the outputs of ``check_runs``.
+    def time(self, base_seed: int, check_seed: int, checks: int, poison: list[int],
+             timing: dict) -> tuple[dict, list]:
+        """Time forward, every run on new inputs; ship the outputs of some runs.
 
         Run ``i`` draws its inputs from ``base_seed + i`` (warm-up runs from
         seeds past the window), so no two timed runs see the same data and a
-        kernel that memoises answers gains nothing.
+        kernel that memoises answers gains nothing. The outputs of ``checks``
+        runs drawn uniformly from the whole window (reservoir sampling with a
+        secret seed) and of the last run go back to be checked, so a kernel
+        cannot know which runs are judged.
         """
         torch = self.torch
-        kept: dict[int, list] = {}
-        originals: dict[int, list] = {}
-        wanted = set(check_runs)
+        rng = random.Random(check_seed)
+        kept: dict[int, list] = {}  # the reservoir: run index -> outputs
+        last: dict[int, list] = {}
+        current: dict[str, Any] = {}
         mutated: list[int] = []
 
         def seed_of(i: int) -> int:
             return base_seed + i if i >= 0 else base_seed + (1 << 20) - i
 
         def prepare(i: int) -> list:
-            source = self._inputs(seed_of(i))
-            if i in wanted:
-                originals[i] = source
-            args = [x.clone() if isinstance(x, torch.Tensor) else x for x in source]
+            current["originals"] = self._inputs(seed_of(i))
+            args = [x.clone() if isinstance(x, torch.Tensor) else x for x in current["originals"]]
             self.platform.poison_memory(poison)
             return args
 
         def run(i: int, args: list) -> None:
             outputs = self._run(args, profile=False)
-            if i in wanted:
-                kept[i] = self._outputs(outputs)
-                if not all(not isinstance(a, torch.Tensor) or _same_bits(torch, a, b)
-                           for a, b in zip(originals.pop(i), args)):
-                    mutated.append(i)
+            if i < 0:
+                return
+            if len(kept) < checks:
+                slot = len(kept)
+            else:
+                slot = rng.randint(0, i)
+            keep = slot < checks
+            last.clear()
+            last[i] = outputs
+            if keep:
+                if len(kept) >= checks:
+                    kept.pop(sorted(kept)[slot])
+                kept[i] = outputs
+            if not all(not isinstance(a, torch.Tensor) or _same_bits(torch, a, b)
+                       for a, b in zip(current["originals"], args)):
+                mutated.append(i)
 
         collecting = gc.isenabled()
         gc.disable()  # a collection inside a timed run would be charged to the candidate
@@ -311,9 +325,12 @@ class Harness:
                 gc.enable()
         if mutated:
             raise Refusal("mutated_input", f"forward changed its input in timed run {mutated[0]}")
-        n = len(timing_result.runs_ms)
-        checked = sorted(i for i in kept if i < n)
-        tensors = [t for i in checked for t in kept[i]]
+        kept.update(last)
+        checked = sorted(kept)
+        tensors = []
+        for i in checked:
+            kept[i] = self._outputs(kept[i])
+            tensors.extend(kept[i])
         return {"ok": True, "runs_ms": timing_result.runs_ms, "wall_ms": timing_result.wall_ms,
                 "overhead_ms": timing_result.overhead_ms,
                 "checked": [[i, seed_of(i), len(kept[i])] for i in checked]}, tensors
@@ -328,7 +345,8 @@ class Harness:
             elif step == "call":
                 reply, tensors = self.call(message["seed"], message["poison"])
             elif step == "time":
-                reply, tensors = self.time(message["base_seed"], message["check_runs"], message["poison"], message["timing"])
+                reply, tensors = self.time(message["base_seed"], message["check_seed"], message["checks"],
+                                           message["poison"], message["timing"])
             elif step == "ping":
                 reply, tensors = {"ok": True}, []
             elif step == "info":

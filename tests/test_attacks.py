@@ -15,6 +15,7 @@ import pytest
 from tests.conftest import SMALL_SHAPES
 
 from fitness import CutoffError, EvalSettings, Status
+from platforms import TimingSettings
 
 ATTACKS = Path(__file__).parent / "attacks"
 # A hang must cost little test time; honest steps take a few seconds here.
@@ -24,7 +25,7 @@ HANG_TIMEOUT_S = 15
 def header(path: Path) -> dict[str, str]:
     fields = {}
     for line in path.read_text().splitlines():
-        match = re.match(r"#\s*(attack|problem|expected|defence|shapes|max_abs_diff|platform):\s*(.*)", line)
+        match = re.match(r"#\s*(attack|problem|expected|defence|shapes|max_abs_diff|platform|timed_runs):\s*(.*)", line)
         if match:
             fields[match.group(1)] = match.group(2).strip()
         elif line.strip() and not line.startswith("#"):
@@ -53,6 +54,9 @@ def test_attack_gets_its_verdict(evaluators, device_kind, path):
         kwargs["max_abs_diff"] = float(info["max_abs_diff"])
     if "timeout" in expected:
         kwargs["settings"] = EvalSettings(timeout_s=HANG_TIMEOUT_S)
+    if "timed_runs" in info:
+        runs = int(info["timed_runs"])
+        kwargs["settings"] = EvalSettings(timing=TimingSettings(warmup_ms=0, window_ms=0, min_runs=runs, max_runs=runs))
     if "unusable_cutoff" in expected:
         with pytest.raises(CutoffError, match=r"max \|ref\|"):
             evaluators.get(problem, platform=device_kind, shapes=shapes, **kwargs)
