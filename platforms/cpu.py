@@ -22,7 +22,8 @@ class CpuPlatform(Platform):
     # (not zeros): unwritten float16 output reads as NaN, float32/bfloat16 as
     # 3.4e38, so output a kernel never wrote cannot pass as correct.
     worker_env = {"TRITON_INTERPRET": "1", "MALLOC_PERTURB_": "128"}
-    timing = TimingSettings(warmup_ms=0.0, window_ms=0.0, min_runs=3, max_runs=3)
+    # Interpreted kernels take milliseconds a run: a short window, a few runs.
+    timing = TimingSettings(warmup_ms=0.0, window_ms=30.0, min_runs=3, max_runs=20)
 
     def __init__(self) -> None:
         self._flush_buffer = None
