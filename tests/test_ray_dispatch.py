@@ -94,7 +94,7 @@ def local_ray():
 
 @pytest.fixture(scope="module")
 def dispatcher(local_ray):
-    with RayDispatcher(spec(), num_actors=2) as d:
+    with RayDispatcher(spec(), num_actors=2, ready_timeout_s=WAIT_S) as d:
         yield d
 
 
@@ -106,6 +106,12 @@ def wait_until(condition, what: str, timeout: float = WAIT_S):
             return value
         time.sleep(0.05)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_a_problem_the_evaluator_refuses_raises_from_the_constructor(local_ray):
+    # Runs before the module's dispatcher takes both CPUs.
+    with pytest.raises(CutoffError):  # so lax that all zeros would pass
+        RayDispatcher(spec(max_abs_diff=100.0), num_actors=1, ready_timeout_s=WAIT_S)
 
 
 def test_every_key_comes_back_once_and_both_actors_work(dispatcher):
@@ -165,11 +171,6 @@ def test_candidate_that_kills_two_actors_is_recorded_as_crashed(dispatcher):
     assert dispatcher.in_flight == 0 and len(dispatcher.actors()) == 2
     dispatcher.submit(31, SEED)  # the replacements work
     assert dispatcher.next_result()[1].status is Status.ACCEPTED
-
-
-def test_a_problem_the_evaluator_refuses_raises_from_the_constructor(local_ray):
-    with pytest.raises(CutoffError):  # so lax that all zeros would pass
-        RayDispatcher(spec(max_abs_diff=100.0), num_actors=1)
 
 
 # -- choosing the dispatcher ----------------------------------------------------------
