@@ -20,7 +20,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from fitness import Evaluator, Status  # noqa: E402
-from fitness.problem import make_inputs  # noqa: E402
 
 PROBLEMS = ["elementwise", "softmax", "rmsnorm", "sum_middle", "matmul", "matvec"]
 SMALL = {
@@ -35,17 +34,7 @@ def compiled_ms(evaluator: Evaluator) -> float | None:
     import torch
 
     try:
-        model = torch.compile(evaluator.main.model)
-        inputs = [make_inputs(evaluator.main.problem, s, evaluator.device) for s in evaluator.settings.fixed_seeds]
-
-        def prepare(i):
-            return [x.clone() for x in inputs[i % len(inputs)]]
-
-        def run(_i, args):
-            with torch.no_grad():
-                model(*args)
-
-        return evaluator.platform.time_runs(run, evaluator.timing, prepare).median_ms
+        return evaluator.time_in_process(torch.compile(evaluator.main.model))
     except Exception as exc:  # torch.compile does not work everywhere; the table says so
         print(f"torch.compile failed: {type(exc).__name__}: {str(exc)[:200]}", file=sys.stderr)
         return None

@@ -30,7 +30,7 @@ from fitness.problem import (
 from fitness.result import EvalResult, Status
 from fitness.sandbox import WorkerGone, WorkerProcess
 from fitness.screen import screen
-from platforms import Platform, TimingSettings, get_platform
+from platforms import Platform, Timing, TimingSettings, get_platform
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,6 @@ class Evaluator:
             variant = self._prepare({**self.shapes, **extra}, required=False)
             if variant is not None:
                 self.held_out.append(variant)
-        self.notes: list[str] = []
 
     # -- the reference side ------------------------------------------------------
 
@@ -144,19 +143,24 @@ class Evaluator:
     def reference_ms(self) -> float:
         """Median runtime of the reference (eager PyTorch) at the main shapes."""
         if self._reference_ms is None:
-            import torch
-
-            inputs = [make_inputs(self.main.problem, s, self.device) for s in self.settings.fixed_seeds]
-
-            def prepare(i: int) -> list:
-                return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs[i % len(inputs)]]
-
-            def run(_i: int, args: list) -> None:
-                with torch.no_grad():
-                    self.main.model(*args)
-
-            self._reference_ms = self.platform.time_runs(run, self.timing, prepare).median_ms
+            self._reference_ms = self.time_in_process(self.main.model)
         return self._reference_ms
+
+    def time_in_process(self, model: Any) -> float:
+        """Median runtime of a trusted ``model`` (the reference, or a compiled
+        form of it) at the main shapes, timed here as candidates are timed."""
+        import torch
+
+        inputs = [make_inputs(self.main.problem, s, self.device) for s in self.settings.fixed_seeds]
+
+        def prepare(i: int) -> list:
+            return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs[i % len(inputs)]]
+
+        def run(_i: int, args: list) -> None:
+            with torch.no_grad():
+                model(*args)
+
+        return self.platform.time_runs(run, self.timing, prepare).median_ms
 
     # -- the candidate side ------------------------------------------------------
 
@@ -276,11 +280,9 @@ class Evaluator:
         if problem:
             self._discard_worker()
             return EvalResult(Status.FORBIDDEN, problem, max_abs_diff=worst, checks=checks, **base)
-        overhead = min(float(reply["overhead_ms"]), 0.5 * statistics.median(runs))
-        median = statistics.median(runs) - overhead
-        spread = _spread(runs)
-        return EvalResult(Status.ACCEPTED, "", max_abs_diff=worst, runtime_ms=median,
-                          runtime_spread=spread, reference_ms=self.reference_ms(), checks=checks, **base)
+        timing = Timing(runs, walls, float(reply["overhead_ms"]))
+        return EvalResult(Status.ACCEPTED, "", max_abs_diff=worst, runtime_ms=timing.median_ms,
+                          runtime_spread=timing.spread, reference_ms=self.reference_ms(), checks=checks, **base)
 
     def close(self) -> None:
         """Stop the worker."""
@@ -299,14 +301,6 @@ def _where(variant: _Variant, main: _Variant, fixed: bool) -> str:
         return f"{kind} inputs"
     shapes = ", ".join(f"{k}={v}" for k, v in variant.shapes.items())
     return f"{kind} inputs at held-out shapes {shapes}"
-
-
-def _spread(runs: list[float]) -> float:
-    ordered = sorted(runs)
-    median = statistics.median(ordered)
-    lo = ordered[int(0.1 * (len(ordered) - 1))]
-    hi = ordered[int(round(0.9 * (len(ordered) - 1)))]
-    return (hi - lo) / median if median > 0 else 0.0
 
 
 def _timer_disagrees(runs: list[float], walls: list[float], step_wall_s: float) -> str:

@@ -72,11 +72,11 @@ def _watched(torch, triton_jit, interpreter) -> dict[str, tuple[Any, str]]:
     for method in ("clone", "cpu", "contiguous", "view", "reshape", "numpy", "detach",
                    "to", "numel", "__getitem__", "data_ptr", "untyped_storage"):
         watched[f"torch.Tensor.{method}"] = (torch.Tensor, method)
-    if True:  # watched on every platform: a CPU run must not teach a kernel to patch them
-        watched["torch.cuda.synchronize"] = (torch.cuda, "synchronize")
-        watched["torch.cuda.Event"] = (torch.cuda, "Event")
-        for method in ("record", "elapsed_time", "synchronize"):
-            watched[f"torch.cuda.Event.{method}"] = (torch.cuda.Event, method)
+    # watched on every platform: a CPU run must not teach a kernel to patch them
+    watched["torch.cuda.synchronize"] = (torch.cuda, "synchronize")
+    watched["torch.cuda.Event"] = (torch.cuda, "Event")
+    for method in ("record", "elapsed_time", "synchronize"):
+        watched[f"torch.cuda.Event.{method}"] = (torch.cuda.Event, method)
     return watched
 
 

@@ -38,16 +38,18 @@ class Timing:
 
     @property
     def median_ms(self) -> float:
-        """Median run, less the timer's own overhead."""
-        return max(statistics.median(self.runs_ms) - self.overhead_ms, 0.0)
+        """Median run, less the timer's own overhead (never more than half of it)."""
+        median = statistics.median(self.runs_ms)
+        return median - min(self.overhead_ms, 0.5 * median)
 
     @property
     def spread(self) -> float:
-        """(p90 - p10) / median of the runs."""
+        """(p90 - p10) / median of the runs as measured."""
         runs = sorted(self.runs_ms)
+        median = statistics.median(runs)
         lo = runs[int(0.1 * (len(runs) - 1))]
         hi = runs[int(round(0.9 * (len(runs) - 1)))]
-        return (hi - lo) / self.median_ms if self.median_ms > 0 else 0.0
+        return (hi - lo) / median if median > 0 else 0.0
 
 
 class Platform(abc.ABC):
