@@ -90,8 +90,30 @@ class OperatorsConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class LlmPrice:
+    input: float  # USD per million prompt tokens
+    output: float  # USD per million completion tokens
+
+
+@dataclasses.dataclass(frozen=True)
 class LlmConfig:
-    model: str = OFFLINE  # only 'offline' for now: LLM operators are not available yet
+    model: str = OFFLINE  # a litellm model string (provider/model), or 'offline': parametric operators only
+    models: dict[str, float] = dataclasses.field(default_factory=dict)  # model -> weight; instead of model
+    api_base: str | None = None  # a server of your own, e.g. http://localhost:8000/v1 (vLLM)
+    api_key_env: str | None = None  # the environment variable holding the key; None: the provider's usual one
+    temperature: float = 0.8
+    max_tokens: int = 8192  # per reply
+    timeout_s: float = 300.0  # per request
+    retries: int = 3  # after a rate limit or a provider error, with exponential back-off
+    concurrency: int = 4  # requests in flight at once
+    max_cost_usd: float | None = None  # stop asking the LLM once this much is spent (resumes included)
+    initial_seeds: int = 8  # first kernels the LLM writes when problem.seeds is empty
+    prices: dict[str, LlmPrice] = dataclasses.field(default_factory=dict)  # for models litellm has no price for
+
+    @property
+    def online(self) -> bool:
+        """True when a model is configured (LLM operators can run)."""
+        return self.model != OFFLINE or bool(self.models)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,6 +122,9 @@ class ClusterConfig:
     # Evaluator actors (Ray): None is one per GPU, and no Ray at all on platform cpu;
     # 0 evaluates in this process, without Ray; n > 0 runs n actors (CPU actors on platform cpu).
     actors: int | None = None
+    # Candidates one actor evaluates at once; None: 3 on a GPU (two compile and
+    # check while one is timed, alone on the device), 1 on the CPU.
+    slots: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -237,7 +262,8 @@ def _check_values(config: Config, origin: str) -> None:
         if not ok:
             raise ConfigError(f"{origin}: {key}: {message}")
 
-    require(len(problem.seeds) >= 1, "problem.seeds", "name at least one seed kernel")
+    require(len(problem.seeds) >= 1 or config.llm.online, "problem.seeds",
+            "name at least one seed kernel, or set llm.model so that an LLM writes the first kernels")
     for key in ("population_size", "max_evaluations", "tournament_size", "islands", "migration_interval"):
         require(getattr(search, key) >= 1, f"search.{key}", "must be at least 1")
     require(search.max_evaluations >= len(problem.seeds), "search.max_evaluations",
@@ -255,6 +281,8 @@ def _check_values(config: Config, origin: str) -> None:
             "fitness.max_abs_diff", "must be positive")
     require(config.cluster.actors is None or config.cluster.actors >= 0, "cluster.actors",
             "must be 0 (evaluate in this process), a positive number of actors, or left out (one per GPU)")
+    require(config.cluster.slots is None or config.cluster.slots >= 1, "cluster.slots",
+            "must be at least 1 (or left out: 3 per GPU actor, 1 per CPU actor)")
     require(config.cluster.address is None or config.cluster.address.strip() != "", "cluster.address",
             "must name a Ray cluster (host:port, or 'auto'), or be left out to start a local one")
     require(config.fitness.timeout_s > 0, "fitness.timeout_s", "must be positive")
@@ -265,9 +293,37 @@ def _check_values(config: Config, origin: str) -> None:
         SearchSpace.from_mapping(ops.space, origin="operators.space")
     except SpaceError as exc:
         raise ConfigError(f"{origin}: {exc}") from None
-    require(config.llm.model == OFFLINE, "llm.model",
-            f"{config.llm.model!r}: LLM operators are not available yet in this version of kevo; "
-            f"set llm.model: {OFFLINE} (parametric operators only)")
+    _check_llm(config, require)
+
+
+def _check_llm(config: Config, require: typing.Callable[[bool, str, str], None]) -> None:
+    llm = config.llm
+    require(not (llm.models and llm.model != OFFLINE), "llm.models",
+            "set llm.model (one model) or llm.models (several, with weights), not both")
+    require(OFFLINE not in llm.models, "llm.models", f"{OFFLINE!r} is not a model; leave llm.models out")
+    require(all(w >= 0 for w in llm.models.values()) and (not llm.models or sum(llm.models.values()) > 0),
+            "llm.models", "weights must be >= 0 and at least one positive")
+    for name in (llm.model, *llm.models, *llm.prices):
+        require(name.strip() == name != "", "llm", f"{name!r} is not a model name")
+    require(llm.api_base is None or llm.api_base.startswith(("http://", "https://")), "llm.api_base",
+            f"{llm.api_base!r} is not an http(s) URL")
+    require(llm.api_key_env is None or llm.api_key_env.replace("_", "").isalnum(), "llm.api_key_env",
+            "must name an environment variable (the key itself never goes in the config)")
+    # The evaluator's worker drops variables named like secrets; a key in any other would reach kernels.
+    require(llm.api_key_env is None or any(w in llm.api_key_env.upper() for w in ("KEY", "TOKEN", "SECRET")),
+            "llm.api_key_env", f"{llm.api_key_env!r}: name a variable with KEY, TOKEN or SECRET in its name, "
+            "e.g. VLLM_API_KEY, so that the evaluated kernels never see it")
+    require(0 <= llm.temperature <= 2, "llm.temperature", "must be between 0 and 2")
+    for key in ("max_tokens", "concurrency", "initial_seeds"):
+        require(getattr(llm, key) >= 1, f"llm.{key}", "must be at least 1")
+    require(llm.retries >= 0, "llm.retries", "must be at least 0")
+    require(llm.timeout_s > 0, "llm.timeout_s", "must be positive")
+    require(llm.max_cost_usd is None or llm.max_cost_usd > 0, "llm.max_cost_usd", "must be positive (or left out)")
+    require(all(p.input >= 0 and p.output >= 0 for p in llm.prices.values()), "llm.prices",
+            "prices must be >= 0 (USD per million tokens)")
+    uses_llm = [op.value for op, w in config.operators.weights.items() if op.value.startswith("llm_") and w > 0]
+    require(llm.online or not uses_llm, "operators.weights",
+            f"{', '.join(uses_llm)} need an LLM, but llm.model is {OFFLINE}")
 
 
 def _show(value: Any) -> str:

@@ -43,6 +43,11 @@ class Dispatcher(abc.ABC):
     def in_flight(self) -> int:
         """How many submitted candidates have not been returned yet."""
 
+    @property
+    def capacity(self) -> int:
+        """How many candidates it evaluates at once (evaluators times their slots)."""
+        return 1
+
     def results(self) -> Iterator[tuple[int, EvalResult]]:
         """``next_result()`` until nothing is in flight."""
         while self.in_flight:

@@ -6,11 +6,18 @@ unseen children, the dispatcher evaluates them (each result is committed as it
 arrives), and the elite plus tournaments over parents and accepted children
 form the next population; islands trade their best along a ring now and then.
 
-A checkpoint (the ``loop`` state: random state, populations, counters) is
-stored after every generation. A resumed run replays the generation that was
-cut short from that checkpoint: the same random state draws the same
-children, whose rows are already in the store, so only those still pending
-are evaluated, and the run ends where an uninterrupted one would have.
+Generations overlap so that no evaluator waits for a straggler: a generation
+closes as soon as the dispatcher has a free slot (fewer candidates in flight
+than its ``capacity``), and the candidates still in flight join the
+population of a later generation when their results land. With one slot (the
+in-process dispatcher) every generation waits for all of its results.
+
+A checkpoint (the ``loop`` state: random state, populations, candidates in
+flight, counters) is stored after every generation. A resumed run evaluates
+again what was in flight and replays the generation that was cut short from
+that checkpoint: the same random state draws the same children, whose rows
+are already in the store, so only those still pending are evaluated. Nothing
+committed is evaluated twice, and the run ends at its budget.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import logging
 import random
 import time
 from collections.abc import Callable
+from typing import Any
 
 from evolve.config import Config
 from evolve.dispatch import Dispatcher
@@ -49,6 +57,7 @@ class LoopState:
     best_speedup: float | None = None
     stale: int = 0  # generations since best_ms last improved
     elapsed_s: float = 0.0  # wall time spent searching, over all sessions
+    in_flight: list[int] = dataclasses.field(default_factory=list)  # ids submitted, result not yet in
 
 
 @dataclasses.dataclass
@@ -69,13 +78,17 @@ def run_search(search: Search) -> str:
     state, rng = _restore(store, cfg.seed)
     clock = _Clock(state.elapsed_s)
     ledger = _Ledger(store, state.last_id)
+    flight = _Flight(search)
     if state.generation < 0:
         seeds = [ledger.admit(child, 0, 0) for child in seed_children(search.seeds) if ledger.is_new(child)]
-        evaluate(search, seeds)
+        flight.submit(seeds)
+        flight.take(until=0)
         state.islands = [[c.id for c in _accepted_seeds(seeds)]] * cfg.islands
-        _note_progress(state, seeds)
-        _checkpoint(store, state, 0, rng, ledger, clock)
+        _note_progress(state, flight.landed())
+        _checkpoint(store, state, 0, rng, ledger, clock, flight)
     islands = [[Candidate.from_individual(store.get(i)) for i in ids] for ids in state.islands]
+    flight.resume(state.in_flight)
+    spare = max(0, search.dispatcher.capacity - 1)  # in flight when a generation closes
     while not (reason := stop_reason(state, search.config, clock.elapsed())):
         generation = state.generation + 1
         offspring = []
@@ -83,32 +96,82 @@ def run_search(search: Search) -> str:
             parents = select_parents(population, 2 * count, cfg.tournament_size, rng)
             children = vary(parents, count, rng, search.config.operators, search.space, ledger.seen)
             offspring.append([ledger.admit(child, generation, island) for child in children])
-        evaluate(search, [c for kids in offspring for c in kids] + ledger.leftovers())
-        islands = [survivors(population + [c for c in kids if c.accepted], cfg.population_size, cfg.elite,
-                             cfg.tournament_size, rng) for population, kids in zip(islands, offspring)]
-        if generation % cfg.migration_interval == 0:
-            migrate(islands, cfg.migrants)
-        state.islands = [[c.id for c in population] for population in islands]
-        _note_progress(state, [c for kids in offspring for c in kids])
-        _checkpoint(store, state, generation, rng, ledger, clock)
-        if not any(offspring):
+        flight.submit([c for kids in offspring for c in kids] + ledger.leftovers())
+        flight.take(until=spare if any(offspring) else 0)  # nothing new: wait for what is in flight
+        landed = flight.landed()
+        islands = _close(islands, landed, state, cfg, rng, generation)
+        _checkpoint(store, state, generation, rng, ledger, clock, flight)
+        if not any(offspring) and not landed:
             reason = "no unseen candidate is left near the population (the search space is exhausted)"
             break
+    if flight.outstanding:  # the budget is spent: wait for the last results
+        flight.take(until=0)
+        islands = _close(islands, flight.landed(), state, cfg, rng, state.generation, stale=False)
+        _checkpoint(store, state, state.generation, rng, ledger, clock, flight)
     store.record_event("stopped", {"reason": reason, "generation": state.generation,
                                    "evaluations": state.evaluations})
     return reason
 
 
+def _close(islands: list[list[Candidate]], landed: list[Candidate], state: LoopState, cfg: Any,
+           rng: random.Random, generation: int, stale: bool = True) -> list[list[Candidate]]:
+    """The next populations: each island's survivors among its population and the results that landed."""
+    arrivals: list[list[Candidate]] = [[] for _ in islands]
+    for c in sorted(landed, key=lambda c: c.id):  # the order of arrival must not matter
+        if c.accepted:
+            arrivals[c.island % len(islands)].append(c)
+    islands = [survivors(population + kids, cfg.population_size, cfg.elite, cfg.tournament_size, rng)
+               for population, kids in zip(islands, arrivals)]
+    if stale and generation % cfg.migration_interval == 0:
+        migrate(islands, cfg.migrants)
+    state.islands = [[c.id for c in population] for population in islands]
+    _note_progress(state, landed, count_stale=stale)
+    return islands
+
+
 def evaluate(search: Search, candidates: list[Candidate]) -> None:
     """Evaluate the pending ``candidates`` through the dispatcher; commit each result as it lands."""
-    waiting = {c.id: c for c in candidates if c.result is None}
-    for candidate in waiting.values():
-        search.dispatcher.submit(candidate.id, candidate.source)
-    for key, result in search.dispatcher.results():
-        record = result.to_dict()
-        search.store.set_result(key, record, record["status"], record["runtime_ms"])
-        waiting[key].record(record)
-        search.on_result(waiting[key])
+    flight = _Flight(search)
+    flight.submit(candidates)
+    flight.take(until=0)
+
+
+class _Flight:
+    """Candidates handed to the dispatcher whose results have not been taken yet."""
+
+    def __init__(self, search: Search) -> None:
+        self.search = search
+        self.outstanding: dict[int, Candidate] = {}
+        self._landed: list[Candidate] = []
+
+    def submit(self, candidates: list[Candidate]) -> None:
+        for candidate in candidates:
+            if candidate.result is not None:  # committed before a resume: it lands at once
+                self._landed.append(candidate)
+            elif candidate.id not in self.outstanding:
+                self.outstanding[candidate.id] = candidate
+                self.search.dispatcher.submit(candidate.id, candidate.source)
+
+    def resume(self, ids: list[int]) -> None:
+        """Submit again what was in flight at the checkpoint (taking what was committed since)."""
+        self.submit([Candidate.from_individual(self.search.store.get(i)) for i in ids])
+
+    def take(self, until: int) -> None:
+        """Commit results as they land until at most ``until`` candidates are in flight."""
+        search = self.search
+        while self.outstanding and search.dispatcher.in_flight > until:
+            key, result = search.dispatcher.next_result()
+            record = result.to_dict()
+            search.store.set_result(key, record, record["status"], record["runtime_ms"])
+            candidate = self.outstanding.pop(key)
+            candidate.record(record)
+            self._landed.append(candidate)
+            search.on_result(candidate)
+
+    def landed(self) -> list[Candidate]:
+        """Results taken since the last call."""
+        landed, self._landed = self._landed, []
+        return landed
 
 
 def stop_reason(state: LoopState, config: Config, elapsed_s: float) -> str | None:
@@ -186,8 +249,9 @@ def _restore(store: RunStore, seed: int) -> tuple[LoopState, random.Random]:
 
 
 def _checkpoint(store: RunStore, state: LoopState, generation: int, rng: random.Random,
-                ledger: _Ledger, clock: _Clock) -> None:
+                ledger: _Ledger, clock: _Clock, flight: _Flight) -> None:
     state.generation, state.rng_state = generation, list(rng.getstate())
+    state.in_flight = sorted(flight.outstanding)
     state.last_id, state.evaluations, state.elapsed_s = ledger.last_id, store.count(), clock.elapsed()
     store.put_state(STATE_KEY, dataclasses.asdict(state))
 
@@ -210,10 +274,10 @@ def _shares(state: LoopState, config: Config) -> list[int]:
     return shares
 
 
-def _note_progress(state: LoopState, new: list[Candidate]) -> None:
+def _note_progress(state: LoopState, new: list[Candidate], count_stale: bool = True) -> None:
     """Track the best kernel so far and how many generations it has stood."""
     best = min((c for c in new if c.accepted), key=lambda c: c.runtime_ms, default=None)
     if best is not None and (state.best_ms is None or best.runtime_ms < state.best_ms):
         state.best_ms, state.best_speedup, state.stale = best.runtime_ms, best.speedup, 0
-    elif state.generation >= 0:
+    elif state.generation >= 0 and count_stale:
         state.stale += 1

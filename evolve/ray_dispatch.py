@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import json
 import logging
 import os
 import tempfile
@@ -37,6 +38,7 @@ from typing import Any
 
 from evolve.dispatch import Dispatcher
 from fitness import CutoffError, EvalResult, EvalSettings, Evaluator, ProblemError, Status
+from fitness.lane import TimingLane
 from platforms import PlatformUnavailable
 
 log = logging.getLogger(__name__)
@@ -45,6 +47,8 @@ log = logging.getLogger(__name__)
 MAX_ACTOR_DEATHS = 2
 #: CPU actors when the platform is ``cpu`` and no count is given.
 DEFAULT_CPU_ACTORS = 2
+#: Candidates a GPU actor evaluates at once: one timed, the others compiling and checking.
+DEFAULT_GPU_SLOTS = 3
 
 # Environment of a local Ray instance that must reach nothing but loopback.
 # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 makes every Ray process take 127.0.0.1 as
@@ -71,7 +75,7 @@ class RayUnavailable(RuntimeError):
     """Ray is not installed, or the cluster cannot run the evaluators asked for."""
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, eq=True)
 class EvaluatorSpec:
     """Everything an actor needs to build its ``Evaluator``: plain values only."""
 
@@ -82,10 +86,14 @@ class EvaluatorSpec:
     held_out: list[dict[str, int]] | None = None
     settings: EvalSettings = dataclasses.field(default_factory=EvalSettings)
 
-    def build(self) -> Evaluator:
+    def build(self, lane: TimingLane | None = None) -> Evaluator:
         """The evaluator (raises ``ProblemError``, ``CutoffError``, ``PlatformUnavailable``)."""
         return Evaluator(self.reference, platform=self.platform, shapes=self.shapes,
-                         max_abs_diff=self.max_abs_diff, held_out=self.held_out, settings=self.settings)
+                         max_abs_diff=self.max_abs_diff, held_out=self.held_out, settings=self.settings,
+                         lane=lane)
+
+    def __hash__(self) -> int:
+        return hash(json.dumps(dataclasses.asdict(self), sort_keys=True, default=str))
 
 
 def _import_ray() -> Any:
@@ -138,68 +146,133 @@ def _bootstrap_home() -> str:
 
 
 class EvaluatorActor:
-    """What runs in each actor: one ``Evaluator`` and its warm worker.
+    """What runs in each actor: warm ``Evaluator``s sharing the actor's device.
 
-    A problem the evaluator refuses (``ProblemError``, ...) is kept and raised
-    by ``ready`` and ``evaluate``, so the driver sees the original error.
+    The actor is threaded: up to ``slots`` candidates are evaluated at once,
+    each by its own evaluator (its own sandboxed worker), so compiling and
+    checking overlap while timing takes the device's one timing lane
+    (``fitness.lane``) and runs alone. Evaluators are kept per problem
+    (``EvaluatorSpec``), so one pool of actors serves a sweep; only the most
+    recent problems keep theirs.
+
+    A problem the evaluator refuses (``ProblemError``, ...) is raised by
+    ``prepare`` and ``evaluate``, so the driver sees the original error.
     """
 
-    def __init__(self, spec: EvaluatorSpec, home: str | None = None) -> None:
+    KEEP_PROBLEMS = 2
+
+    def __init__(self, home: str | None = None) -> None:
+        import threading
+
         if home is not None:
             os.environ["HOME"] = home  # undo the bootstrap HOME the local head was started with
-        self.setup_error: Exception | None = None
-        self.evaluator: Evaluator | None = None
+        self.lane = TimingLane()
+        self._lock = threading.Lock()
+        self._free: dict[EvaluatorSpec, list[Evaluator]] = {}
+        self._all: dict[EvaluatorSpec, list[Evaluator]] = {}
+        self._errors: dict[EvaluatorSpec, Exception] = {}
+
+    def prepare(self, spec: EvaluatorSpec) -> dict[str, Any]:
+        """Build one evaluator for ``spec``; where this actor evaluates (pid, platform, device, cutoff)."""
+        evaluator = self._take(spec)
         try:
-            self.evaluator = spec.build()
-        except (ProblemError, CutoffError, PlatformUnavailable) as exc:
-            self.setup_error = exc
+            return {"pid": os.getpid(), "platform": evaluator.platform.name,
+                    "device_name": evaluator.platform.device_name(), "cutoff": evaluator.cutoff}
+        finally:
+            self._give_back(spec, evaluator)
 
-    def ready(self) -> dict[str, Any]:
-        """Where this actor evaluates: pid, platform, device name, cutoff."""
-        evaluator = self._evaluator()
-        return {"pid": os.getpid(), "platform": evaluator.platform.name,
-                "device_name": evaluator.platform.device_name(), "cutoff": evaluator.cutoff}
-
-    def evaluate(self, source: str) -> tuple[int, EvalResult]:
+    def evaluate(self, spec: EvaluatorSpec, source: str) -> tuple[int, EvalResult]:
         """(this actor's pid, the verdict on ``source``)."""
-        return os.getpid(), self._evaluator().evaluate(source)
+        evaluator = self._take(spec)
+        try:
+            return os.getpid(), evaluator.evaluate(source)
+        finally:
+            self._give_back(spec, evaluator)
+
+    def lane_stats(self) -> dict[str, float]:
+        """How busy this device's timing lane has been since the actor started."""
+        return self.lane.stats()
 
     def close(self) -> None:
-        if self.evaluator is not None:
-            self.evaluator.close()
+        with self._lock:
+            evaluators = [e for group in self._all.values() for e in group]
+            self._all.clear()
+            self._free.clear()
+        for evaluator in evaluators:
+            evaluator.close()
 
-    def _evaluator(self) -> Evaluator:
-        if self.setup_error is not None:
-            raise self.setup_error
-        assert self.evaluator is not None
-        return self.evaluator
+    def _take(self, spec: EvaluatorSpec) -> Evaluator:
+        with self._lock:
+            if spec in self._errors:
+                raise self._errors[spec]
+            free = self._free.setdefault(spec, [])
+            if free:
+                return free.pop()
+            self._all.setdefault(spec, [])
+            self._forget_old(spec)
+        try:
+            evaluator = spec.build(self.lane)
+        except (ProblemError, CutoffError, PlatformUnavailable) as exc:
+            with self._lock:
+                self._errors[spec] = exc
+            raise
+        with self._lock:
+            self._all.setdefault(spec, []).append(evaluator)
+        return evaluator
+
+    def _give_back(self, spec: EvaluatorSpec, evaluator: Evaluator) -> None:
+        with self._lock:
+            if evaluator in self._all.get(spec, []):
+                self._free.setdefault(spec, []).append(evaluator)
+                return
+        evaluator.close()  # its problem was forgotten while it worked
+
+    def _forget_old(self, current: EvaluatorSpec) -> None:
+        """Close idle evaluators of all but the most recent problems (called with the lock held)."""
+        for spec in list(self._all)[:-self.KEEP_PROBLEMS]:
+            if spec == current:
+                continue
+            for evaluator in self._free.pop(spec, []):
+                evaluator.close()
+            self._all.pop(spec)
 
 
 @dataclasses.dataclass
 class _Job:
     key: int
     source: str
+    spec: EvaluatorSpec
     actor: Any = None
+    solo: bool = False  # evaluated with its actor to itself (a retry after the actor died)
+    held: int = 1  # slots of ``actor`` it holds
 
 
 class RayDispatcher(Dispatcher):
     """Evaluates on Ray actors, one per GPU (or ``num_actors`` CPU actors without one).
 
+    Each actor evaluates up to ``slots`` candidates at once (default: 3 on a
+    GPU, where two compile and check while one is timed; 1 on the CPU).
     ``address`` joins an existing cluster; ``None`` starts (or reuses) a local,
     loopback-only instance. The constructor returns once every actor has built
-    its evaluator, so a problem the evaluator refuses raises here.
+    an evaluator, so a problem the evaluator refuses raises here.
+    ``retarget(spec)`` points later submissions at another problem (sweeps).
     """
 
     def __init__(self, spec: EvaluatorSpec, num_actors: int | None = None, address: str | None = None,
-                 ready_timeout_s: float = 600.0) -> None:
+                 ready_timeout_s: float = 600.0, slots: int | None = None) -> None:
         if num_actors is not None and num_actors < 1:
             raise ValueError(f"num_actors must be at least 1 (or None for one per GPU), got {num_actors}")
+        if slots is not None and slots < 1:
+            raise ValueError(f"slots must be at least 1, got {slots}")
         start_ray(address)
         self._ray = ray = _import_ray()
         gpus = int(ray.cluster_resources().get("GPU", 0))
         self._options, count = _actor_plan(spec.platform, gpus, num_actors)
+        self.slots = slots or (DEFAULT_GPU_SLOTS if "num_gpus" in self._options else 1)
+        self._options = {**self._options, "max_concurrency": self.slots}
         self._remote = ray.remote(EvaluatorActor)
         self._spec = spec
+        self._ready_timeout_s = ready_timeout_s
         self._home = os.environ.get("HOME") if address is None else None
         self._queue: collections.deque[_Job] = collections.deque()
         self._idle: list[Any] = []
@@ -208,23 +281,45 @@ class RayDispatcher(Dispatcher):
         self._verdicts: collections.deque[tuple[int, EvalResult]] = collections.deque()
         self.pids: dict[Any, int] = {}  # actor handle -> its process id, once known
         self.served_by: dict[int, int] = {}  # key -> pid of the actor whose result was returned
-        actors = [self._new_actor() for _ in range(count)]
+        self._actors = [self._new_actor() for _ in range(count)]
         try:
-            infos = self._get([a.ready.remote() for a in actors], ready_timeout_s)
+            self.info = self._prepare(spec)
         except BaseException:
-            for actor in actors:
+            for actor in self._actors:
                 ray.kill(actor)
             raise
-        for actor, info in zip(actors, infos):
+        for actor in self._actors:
+            self._idle.extend([actor] * self.slots)
+        log.info("evaluating on %d Ray actor(s) with %d slot(s) each: %s", count, self.slots,
+                 self.info["device_name"])
+
+    def retarget(self, spec: EvaluatorSpec) -> dict[str, Any]:
+        """Evaluate later submissions against ``spec``; returns where (as ``info``).
+
+        Raises what the evaluator raises for a problem it refuses.
+        """
+        self.info = self._prepare(spec)
+        self._spec = spec
+        return self.info
+
+    def _prepare(self, spec: EvaluatorSpec) -> dict[str, Any]:
+        infos = self._get([a.prepare.remote(spec) for a in self._actors], self._ready_timeout_s)
+        for actor, info in zip(self._actors, infos):
             self.pids[actor] = info["pid"]
-        self.info = {k: v for k, v in infos[0].items() if k != "pid"}
-        self._idle.extend(actors)
-        log.info("evaluating on %d Ray actor(s): %s", count, self.info["device_name"])
+        return {k: v for k, v in infos[0].items() if k != "pid"}
+
+    @property
+    def capacity(self) -> int:
+        return len(self._actors) * self.slots
+
+    def lane_stats(self) -> list[dict[str, float]]:
+        """Per actor: how busy its device's timing lane has been (see ``fitness.lane``)."""
+        return self._get([a.lane_stats.remote() for a in self._actors], 60)
 
     # -- Dispatcher ------------------------------------------------------------
 
     def submit(self, key: int, source: str) -> None:
-        self._queue.append(_Job(key, source))
+        self._queue.append(_Job(key, source, self._spec))
         self._hand_out()
 
     def next_result(self) -> tuple[int, EvalResult]:
@@ -242,7 +337,7 @@ class RayDispatcher(Dispatcher):
 
     def close(self) -> None:
         """Stop every actor (and so its evaluator's worker); queued work is dropped."""
-        actors = [*self._idle, *(job.actor for job in self._running.values())]
+        actors = list(self._actors)
         self._queue.clear()
         self._running.clear()
         self._idle.clear()
@@ -257,20 +352,32 @@ class RayDispatcher(Dispatcher):
 
     def actors(self) -> list[Any]:
         """Handles of the live actors (for inspection and tests)."""
-        return [*self._idle, *(job.actor for job in self._running.values())]
+        return list(self._actors)
 
     def running(self) -> dict[int, Any]:
         """Key -> handle of the actor evaluating it now."""
         return {job.key: job.actor for job in self._running.values()}
 
     def _new_actor(self) -> Any:
-        return self._remote.options(**self._options).remote(self._spec, self._home)
+        return self._remote.options(**self._options).remote(self._home)
 
     def _hand_out(self) -> None:
-        while self._idle and self._queue:
-            job = self._queue.popleft()
-            job.actor = self._idle.pop()
-            self._running[job.actor.evaluate.remote(job.source)] = job
+        while self._queue:
+            job = self._queue[0]
+            if job.solo:  # waits for an actor with every slot free; nothing is handed out meanwhile
+                actor = next((a for a in self._actors if self._idle.count(a) == self.slots), None)
+                if actor is None:
+                    return
+                self._idle = [a for a in self._idle if a is not actor]
+                job.held = self.slots
+            elif self._idle:
+                actor = self._idle.pop()
+                job.held = 1
+            else:
+                return
+            self._queue.popleft()
+            job.actor = actor
+            self._running[actor.evaluate.remote(job.spec, job.source)] = job
 
     def _collect(self, ref: Any) -> None:
         ray = self._ray
@@ -284,18 +391,28 @@ class RayDispatcher(Dispatcher):
             raise exc.as_instanceof_cause() from None
         self.pids[job.actor] = pid
         self.served_by[job.key] = pid
-        self._idle.append(job.actor)
+        self._idle.extend([job.actor] * job.held)
         self._verdicts.append((job.key, result))
 
     def _lost(self, job: _Job, exc: Exception) -> None:
-        """``job``'s actor died: replace it, and retry the job unless it has killed too many."""
-        self._ray.kill(job.actor)
-        self.pids.pop(job.actor, None)
-        self._idle.append(self._new_actor())  # its first evaluate call waits for its setup
+        """``job``'s actor died: replace it, and retry the job unless it has killed too many.
+
+        The actor's other running jobs fail the same way and come here too;
+        the first of them replaces the actor (with all its slots). A job is
+        retried with an actor to itself, so a second death is its own doing.
+        """
+        dead = job.actor
+        if dead in self._actors:
+            self._ray.kill(dead)
+            self.pids.pop(dead, None)
+            fresh = self._new_actor()  # its first evaluate call builds its evaluators
+            self._actors[self._actors.index(dead)] = fresh
+            self._idle = [a for a in self._idle if a is not dead] + [fresh] * self.slots
         self._deaths[job.key] += 1
         deaths = self._deaths[job.key]
+        alone = job.solo or self.slots == 1  # nobody else's candidate could have done it
         cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        if deaths >= MAX_ACTOR_DEATHS:
+        if deaths >= MAX_ACTOR_DEATHS and alone:
             log.warning("candidate %s: its evaluation killed %d actors; recorded as crashed", job.key, deaths)
             reason = (f"the evaluating Ray actor died {deaths} times while evaluating this candidate "
                       f"({type(exc).__name__}: {cause})")
@@ -304,7 +421,7 @@ class RayDispatcher(Dispatcher):
         else:
             log.warning("candidate %s: the Ray actor evaluating it died (%s); evaluating it again on a new actor",
                         job.key, type(exc).__name__)
-            self._queue.appendleft(dataclasses.replace(job, actor=None))
+            self._queue.appendleft(dataclasses.replace(job, actor=None, solo=True, held=1))
 
     def _get(self, refs: list[Any], timeout_s: float) -> list[Any]:
         ray = self._ray

@@ -168,7 +168,8 @@ def make_dispatcher(config: Config) -> Iterator[tuple[Dispatcher, dict[str, Any]
                                "cutoff": evaluator.cutoff}
         return
     cluster = config.cluster
-    with RayDispatcher(evaluator_spec(config), num_actors=cluster.actors, address=cluster.address) as dispatcher:
+    with RayDispatcher(evaluator_spec(config), num_actors=cluster.actors, address=cluster.address,
+                       slots=cluster.slots) as dispatcher:
         yield dispatcher, dict(dispatcher.info)
 
 

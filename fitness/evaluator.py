@@ -30,6 +30,7 @@ from fitness.problem import (
 from fitness.result import EvalResult, Status
 from fitness.sandbox import WorkerGone, WorkerProcess
 from fitness.screen import screen
+from fitness.lane import NoLane, TimingLane
 from platforms import Platform, Timing, TimingSettings, get_platform
 
 log = logging.getLogger(__name__)
@@ -79,6 +80,7 @@ class Evaluator:
         max_abs_diff: float | None = None,
         held_out: list[dict[str, int]] | None = None,
         settings: EvalSettings | None = None,
+        lane: TimingLane | NoLane | None = None,
     ) -> None:
         self.reference_path = Path(reference).resolve()
         if not self.reference_path.is_file():
@@ -90,6 +92,8 @@ class Evaluator:
         declared = declared_cutoff(self.reference_path)
         self.cutoff = float(max_abs_diff if max_abs_diff is not None else declared if declared is not None else DEFAULT_MAX_ABS_DIFF)
         self._worker: WorkerProcess | None = None
+        # Shared with the other evaluators on this device, if any (fitness.lane).
+        self.lane = lane or NoLane()
         self._reference_ms: float | None = None
         self.device = self.platform.device()
         self.main = self._prepare(self.shapes, required=True)
@@ -218,19 +222,22 @@ class Evaluator:
     def _evaluate(self, source: str, base: dict[str, Any]) -> EvalResult:
         checks, worst = 0, 0.0
         for variant in [self.main, *self.held_out]:
-            reply, _ = self._step({"step": "load", "source": source, "problem": str(self.reference_path),
-                                   "shapes": variant.shapes, "init_seed": self.settings.init_seed})
+            with self.lane.shared():
+                reply, _ = self._step({"step": "load", "source": source, "problem": str(self.reference_path),
+                                       "shapes": variant.shapes, "init_seed": self.settings.init_seed})
             if not reply["ok"]:
                 return EvalResult(Status(reply["status"]), reply["reason"], **base)
             fresh = [secrets.randbelow(2**31 - 1) for _ in range(self.settings.fresh_inputs)]
             for seed in [*self.settings.fixed_seeds, *fresh]:
-                refs = variant.references.get(seed)
-                if refs is None:
-                    refs, _ = self._reference_outputs(variant.problem, variant.model, seed)
-                reply, outputs = self._step({"step": "call", "seed": seed, "poison": variant.output_bytes})
-                if not reply["ok"]:
-                    return EvalResult(Status(reply["status"]), reply["reason"], **base)
-                verdict = compare(outputs, refs, self.cutoff)
+                with self.lane.shared():
+                    refs = variant.references.get(seed)
+                    if refs is None:
+                        refs, _ = self._reference_outputs(variant.problem, variant.model, seed)
+                    reply, outputs = self._step({"step": "call", "seed": seed, "poison": variant.output_bytes})
+                    if not reply["ok"]:
+                        return EvalResult(Status(reply["status"]), reply["reason"], **base)
+                    verdict = compare(outputs, refs, self.cutoff)
+                    del outputs
                 where = _where(variant, self.main, seed in self.settings.fixed_seeds)
                 if verdict.status != "accepted":
                     return EvalResult(Status(verdict.status), f"{where}: {verdict.reason}",
@@ -240,19 +247,22 @@ class Evaluator:
         return self._time(source, base, checks, worst)
 
     def _time(self, source: str, base: dict[str, Any], checks: int, worst: float) -> EvalResult:
-        reply, _ = self._step({"step": "load", "source": source, "problem": str(self.reference_path),
-                               "shapes": self.main.shapes, "init_seed": self.settings.init_seed})
+        with self.lane.shared():
+            reply, _ = self._step({"step": "load", "source": source, "problem": str(self.reference_path),
+                                   "shapes": self.main.shapes, "init_seed": self.settings.init_seed})
         if not reply["ok"]:
             return EvalResult(Status(reply["status"]), reply["reason"], **base)
         # Timed inputs are fresh too, and new for every run: a candidate that
         # recognises inputs it has seen must not answer them from a cache.
         base_seed = secrets.randbelow(2**30)
-        started = time.monotonic()
-        reply, outputs = self._step({"step": "time", "base_seed": base_seed,
-                                     "check_seed": secrets.randbits(64), "checks": self.settings.timed_checks,
-                                     "poison": self.main.output_bytes,
-                                     "timing": dataclasses.asdict(self.timing)})
-        wall_s = time.monotonic() - started
+        with self.lane.exclusive():
+            self.reference_ms()  # timed with the device to itself, like the candidate
+            started = time.monotonic()
+            reply, outputs = self._step({"step": "time", "base_seed": base_seed,
+                                         "check_seed": secrets.randbits(64), "checks": self.settings.timed_checks,
+                                         "poison": self.main.output_bytes,
+                                         "timing": dataclasses.asdict(self.timing)})
+            wall_s = time.monotonic() - started
         if not reply["ok"]:
             return EvalResult(Status(reply["status"]), f"while timing: {reply['reason']}", **base)
         offset = 0
@@ -267,8 +277,9 @@ class Evaluator:
                 self._discard_worker()
                 return EvalResult(Status.FORBIDDEN, "the worker reported a timed run on inputs it was not given",
                                   checks=checks, **base)
-            references, _ = self._reference_outputs(self.main.problem, self.main.model, seed)
-            verdict = compare(outputs[offset: offset + n_outputs], references, self.cutoff)
+            with self.lane.shared():
+                references, _ = self._reference_outputs(self.main.problem, self.main.model, seed)
+                verdict = compare(outputs[offset: offset + n_outputs], references, self.cutoff)
             offset += n_outputs
             if verdict.status != "accepted":
                 return EvalResult(Status(verdict.status), f"timed run {run_index}: {verdict.reason}",
@@ -280,7 +291,9 @@ class Evaluator:
         if problem:
             self._discard_worker()
             return EvalResult(Status.FORBIDDEN, problem, max_abs_diff=worst, checks=checks, **base)
-        timing = Timing(runs, walls, float(reply["overhead_ms"]))
+        device = reply.get("device_ms")
+        device = [float(d) for d in device] if isinstance(device, list) else None
+        timing = Timing(runs, walls, float(reply["overhead_ms"]), device)
         return EvalResult(Status.ACCEPTED, "", max_abs_diff=worst, runtime_ms=timing.median_ms,
                           runtime_spread=timing.spread, reference_ms=self.reference_ms(), checks=checks, **base)
 

@@ -77,6 +77,15 @@ def _watched(torch, triton_jit, interpreter) -> dict[str, tuple[Any, str]]:
     watched["torch.cuda.Event"] = (torch.cuda, "Event")
     for method in ("record", "elapsed_time", "synchronize"):
         watched[f"torch.cuda.Event.{method}"] = (torch.cuda.Event, method)
+    # the device trace that times runs (platforms.timeline)
+    import torch.profiler
+
+    from platforms.timeline import DeviceTimeline
+
+    watched["torch.profiler.profile"] = (torch.profiler, "profile")
+    watched["torch.profiler.record_function"] = (torch.profiler, "record_function")
+    for method in ("__enter__", "__exit__", "run", "spans"):
+        watched[f"DeviceTimeline.{method}"] = (DeviceTimeline, method)
     return watched
 
 
@@ -107,7 +116,7 @@ class Harness:
         self.codes = {name: getattr(obj, "__code__", None) for name, obj in self.originals.items()}
         # The platform's own methods are watched too: the timer lives there.
         for attr in ("time_runs", "synchronize", "flush_cache", "_start_stop", "poison_memory",
-                     "_timer_overhead"):
+                     "_timer_overhead", "_timeline"):
             name = f"platform.{attr}"
             self.watched[name] = (type(self.platform), attr)
             self.originals[name] = getattr(type(self.platform), attr)
@@ -297,8 +306,11 @@ class Harness:
             self.platform.poison_memory(poison)
             return args
 
-        def run(i: int, args: list) -> None:
-            outputs = self._run(args, profile=False)
+        def run(i: int, args: list) -> Any:
+            return self._run(args, profile=False)
+
+        def finish(i: int, args: list, outputs: Any) -> None:
+            # outside the timed region: bookkeeping and the input check are not the kernel's time
             if i < 0:
                 return
             if len(kept) < checks:
@@ -319,7 +331,7 @@ class Harness:
         collecting = gc.isenabled()
         gc.disable()  # a collection inside a timed run would be charged to the candidate
         try:
-            timing_result = self.platform.time_runs(run, TimingSettings(**timing), prepare)
+            timing_result = self.platform.time_runs(run, TimingSettings(**timing), prepare, finish)
         finally:
             if collecting:
                 gc.enable()
@@ -332,7 +344,7 @@ class Harness:
             kept[i] = self._outputs(kept[i])
             tensors.extend(kept[i])
         return {"ok": True, "runs_ms": timing_result.runs_ms, "wall_ms": timing_result.wall_ms,
-                "overhead_ms": timing_result.overhead_ms,
+                "overhead_ms": timing_result.overhead_ms, "device_ms": timing_result.device_ms,
                 "checked": [[i, seed_of(i), len(kept[i])] for i in checked]}, tensors
 
     def handle(self, message: dict) -> tuple[dict, list]:

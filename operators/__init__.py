@@ -1,4 +1,5 @@
-"""What makes offspring: parametric mutation and crossover over a kernel's tunable numbers."""
+"""What makes offspring: parametric mutation and crossover over a kernel's tunable numbers,
+and LLM mutation, crossover and seeding (``operators.llm``; litellm is imported only when a model is called)."""
 
 from operators.parametric import (
     CROSSOVER,
@@ -20,6 +21,25 @@ from operators.space import (
     read_declared_space,
 )
 from operators.tunables import Span, Tunable, apply_params, find_tunables, params_of
+from operators.edits import Edit, EditError, Extracted, apply_edits, extract_code, parse_edits
+from operators.llm import (
+    BUDGET_EXHAUSTED,
+    LLM_CROSSOVER,
+    LLM_MUTATION,
+    LLM_SEED,
+    OFFLINE_MESSAGE,
+    Focus,
+    LlmProposer,
+    LlmSettings,
+    LlmSetupError,
+    ParentInfo,
+    ProblemContext,
+    Proposal,
+    Request,
+    ResponseCache,
+    Usage,
+    seed_requests,
+)
 
 __all__ = [
     "CROSSOVER",
@@ -42,4 +62,27 @@ __all__ = [
     "params_of",
     "read_declared_space",
     "resolve_space",
+    # LLM operators
+    "BUDGET_EXHAUSTED",
+    "LLM_CROSSOVER",
+    "LLM_MUTATION",
+    "LLM_SEED",
+    "OFFLINE_MESSAGE",
+    "Edit",
+    "EditError",
+    "Extracted",
+    "Focus",
+    "LlmProposer",
+    "LlmSettings",
+    "LlmSetupError",
+    "ParentInfo",
+    "ProblemContext",
+    "Proposal",
+    "Request",
+    "ResponseCache",
+    "Usage",
+    "apply_edits",
+    "extract_code",
+    "parse_edits",
+    "seed_requests",
 ]

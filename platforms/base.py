@@ -12,6 +12,7 @@ environment (device visibility, Triton's interpreter) before torch loads.
 from __future__ import annotations
 
 import abc
+import contextlib
 import dataclasses
 import statistics
 import time
@@ -26,26 +27,48 @@ class TimingSettings:
     window_ms: float = 100.0
     min_runs: int = 10
     max_runs: int = 1000
+    device_trace: bool = True  # time from the device's activity trace where the platform has one
 
 
 @dataclasses.dataclass
 class Timing:
     """Per-run times of one timed window (milliseconds) and the wall time per run."""
 
-    runs_ms: list[float]
+    runs_ms: list[float]  # timer events around each run, host time before the first kernel included
     wall_ms: list[float]
     overhead_ms: float = 0.0  # the timer's own cost: a run that does nothing
+    device_ms: list[float] | None = None  # first to last device activity of each run (platforms.timeline)
+
+    @property
+    def from_device(self) -> bool:
+        """True when the device trace is complete and consistent with the events.
+
+        A run's device span lies inside its event interval; a trace that says
+        otherwise is not used, and the event times (which count everything)
+        stand.
+        """
+        spans = self.device_ms
+        if not spans or len(spans) != len(self.runs_ms):
+            return False
+        return all(0 < d <= r * 1.05 + 0.02 for d, r in zip(spans, self.runs_ms))
+
+    @property
+    def method(self) -> str:
+        return "device trace" if self.from_device else "events"
 
     @property
     def median_ms(self) -> float:
-        """Median run, less the timer's own overhead (never more than half of it)."""
+        """Median device span; without one, the median event interval less the
+        timer's own overhead (never more than half of it)."""
+        if self.from_device:
+            return statistics.median(self.device_ms)
         median = statistics.median(self.runs_ms)
         return median - min(self.overhead_ms, 0.5 * median)
 
     @property
     def spread(self) -> float:
         """(p90 - p10) / median of the runs as measured."""
-        runs = sorted(self.runs_ms)
+        runs = sorted(self.device_ms if self.from_device else self.runs_ms)
         median = statistics.median(runs)
         lo = runs[int(0.1 * (len(runs) - 1))]
         hi = runs[int(round(0.9 * (len(runs) - 1)))]
@@ -106,6 +129,10 @@ class Platform(abc.ABC):
     def _start_stop(self) -> tuple[Callable[[], Any], Callable[[Any, Any], float]]:
         """(mark, elapsed_ms) pair: ``mark()`` stamps a point on the device timeline."""
 
+    def _timeline(self) -> Any:
+        """A ``platforms.timeline.DeviceTimeline`` for one window, or None if the platform has none."""
+        return None
+
     def specs(self) -> dict[str, Any]:
         """What is known of the hardware (see ``platforms.specs``)."""
         from platforms.specs import lookup
@@ -117,13 +144,20 @@ class Platform(abc.ABC):
         run: Callable[[int, Any], Any],
         settings: TimingSettings,
         prepare: Callable[[int], Any] = lambda i: None,
+        finish: Callable[[int, Any, Any], None] = lambda i, args, out: None,
     ) -> Timing:
         """Time ``run(i, prepare(i))`` for successive run indices ``i``.
 
-        Each run starts with a cold cache and ends when the whole device is
-        idle, so work hidden on a side stream is counted. ``prepare`` (cloning
-        inputs, say) runs outside the timed region. Warm-up runs get negative
-        indices.
+        ``finish(i, args, out)`` gets each run's arguments and what it
+        returned, once the run's timing is over (checks of a run belong
+        there: they are not the kernel's time).
+
+        Each run starts with a cold cache on an idle device and ends when the
+        whole device is idle again, so work hidden on a side stream is
+        counted. ``prepare`` (cloning inputs, say) runs outside the timed
+        region. Warm-up runs get negative indices. Where the platform has a
+        device trace, each run's device span is recorded too (see
+        ``Timing.from_device``).
         """
         mark, elapsed = self._start_stop()
         clock = time.perf_counter
@@ -132,25 +166,33 @@ class Platform(abc.ABC):
         warm_start = clock()
         n_warm = 0
         while n_warm < 1 or (clock() - warm_start) * 1e3 < settings.warmup_ms:
-            run(-1 - n_warm, prepare(-1 - n_warm))
+            args = prepare(-1 - n_warm)
+            finish(-1 - n_warm, args, run(-1 - n_warm, args))
             n_warm += 1
         self.synchronize()
         per_run = (clock() - warm_start) * 1e3 / n_warm
         n_runs = int(settings.window_ms / max(per_run, 1e-3))
         n_runs = max(settings.min_runs, min(settings.max_runs, n_runs))
-        runs, walls = [], []
-        for i in range(n_runs):
-            args = prepare(i)
-            self.flush_cache()
-            self.synchronize()
-            t0 = clock()
-            start = mark()
-            run(i, args)
-            self.synchronize()
-            stop = mark()
-            runs.append(elapsed(start, stop))
-            walls.append((clock() - t0) * 1e3)
-        return Timing(runs, walls, overhead)
+        timeline = self._timeline() if settings.device_trace else None
+        marks, walls = [], []
+        with timeline or contextlib.nullcontext():
+            for i in range(n_runs):
+                args = prepare(i)
+                self.flush_cache()
+                self.synchronize()
+                with timeline.run(i) if timeline else contextlib.nullcontext():
+                    t0 = clock()
+                    start = mark()
+                    out = run(i, args)
+                    self.synchronize()
+                    stop = mark()
+                    walls.append((clock() - t0) * 1e3)
+                marks.append((start, stop))
+                finish(i, args, out)
+                del out
+        runs = [elapsed(start, stop) for start, stop in marks]
+        spans = timeline.spans(n_runs) if timeline else None
+        return Timing(runs, walls, overhead, spans)
 
     def _timer_overhead(self, mark: Callable[[], Any], elapsed: Callable[[Any, Any], float]) -> float:
         """Median time the protocol of ``time_runs`` measures around no work at all."""

@@ -89,6 +89,11 @@ class CudaPlatform(Platform):
         free, _total = torch.cuda.mem_get_info(self.index)
         return free + torch.cuda.memory_reserved(self.index) - torch.cuda.memory_allocated(self.index)
 
+    def _timeline(self) -> Any:
+        from platforms.timeline import DeviceTimeline
+
+        return DeviceTimeline()
+
     def _start_stop(self) -> tuple[Callable[[], Any], Callable[[Any, Any], float]]:
         import torch
 

@@ -4,6 +4,7 @@ Depends on nothing else in kevo; results arrive as plain dicts.
 """
 
 from population_store.individual import Individual, source_hash
+from population_store.llm_responses import LlmUsage
 from population_store.schema import (
     ACCEPTED,
     PENDING,
@@ -18,6 +19,7 @@ __all__ = [
     "PENDING",
     "SCHEMA_VERSION",
     "Individual",
+    "LlmUsage",
     "RunStore",
     "SchemaVersionError",
     "StoreError",

@@ -10,8 +10,9 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-# Bump on any change to the tables below; a file with a newer version is refused.
-SCHEMA_VERSION = 1
+# Bump on any change to the tables below, and add the step from the previous
+# version to _MIGRATIONS; a file with a newer version is refused.
+SCHEMA_VERSION = 2
 STORE_FORMAT = "kevo-run-store"
 DEFAULT_BUSY_TIMEOUT_S = 30.0
 
@@ -19,6 +20,26 @@ DEFAULT_BUSY_TIMEOUT_S = 30.0
 PENDING = "pending"
 # The one status that carries a fitness (runtime_ms).
 ACCEPTED = "accepted"
+
+# Version 2: LLM replies by cache key, and what they cost. A reply asked for
+# twice under one key (which kevo avoids) keeps the first text and counts both.
+_LLM_RESPONSES = """
+CREATE TABLE llm_responses (
+    key               TEXT    PRIMARY KEY,          -- sha256 of model, messages, sample, settings
+    model             TEXT    NOT NULL,
+    response          TEXT    NOT NULL,
+    requests          INTEGER NOT NULL DEFAULT 1 CHECK (requests >= 1),
+    prompt_tokens     INTEGER NOT NULL CHECK (prompt_tokens >= 0),
+    completion_tokens INTEGER NOT NULL CHECK (completion_tokens >= 0),
+    cost_usd          REAL    NOT NULL CHECK (cost_usd >= 0),
+    finish_reason     TEXT,
+    created_at        REAL    NOT NULL
+);
+CREATE INDEX llm_responses_model ON llm_responses (model);
+"""
+
+# The statements that take a store from version N to N + 1.
+_MIGRATIONS = {1: _LLM_RESPONSES}
 
 _TABLES = f"""
 CREATE TABLE meta (
@@ -62,7 +83,7 @@ CREATE TABLE events (
     created_at REAL NOT NULL
 );
 CREATE INDEX events_kind ON events (kind);
-"""
+""" + _LLM_RESPONSES
 
 
 class StoreError(Exception):
@@ -116,13 +137,9 @@ def connect(path: Path, *, readonly: bool, busy_timeout_s: float) -> sqlite3.Con
 def create_tables(conn: sqlite3.Connection, meta: dict[str, str]) -> None:
     """Create every table in an empty database and write ``meta``, atomically."""
     rows = {"format": STORE_FORMAT, "schema_version": str(SCHEMA_VERSION), **meta}
-    # executescript() would commit on its own; run the statements one by one
-    # inside a single transaction instead.
     conn.execute("BEGIN IMMEDIATE")
     try:
-        for statement in _TABLES.split(";"):
-            if statement.strip():
-                conn.execute(statement)
+        _execute_all(conn, _TABLES)
         conn.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", rows.items())
         conn.execute("COMMIT")
     except BaseException:
@@ -131,8 +148,36 @@ def create_tables(conn: sqlite3.Connection, meta: dict[str, str]) -> None:
         raise
 
 
-def check_schema(conn: sqlite3.Connection, path: Path) -> None:
-    """Raise unless ``conn`` holds a run store whose schema this code knows."""
+def migrate(conn: sqlite3.Connection, path: Path) -> int:
+    """Bring a store written by an older kevo up to ``SCHEMA_VERSION``, atomically.
+
+    Returns the version the file had. The version is read again under the
+    write lock, so two processes opening one old store migrate it once.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        version = check_schema(conn, path)
+        for step in range(version, SCHEMA_VERSION):
+            _execute_all(conn, _MIGRATIONS[step])
+        if version < SCHEMA_VERSION:
+            conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return version
+
+
+def _execute_all(conn: sqlite3.Connection, script: str) -> None:
+    # executescript() would commit on its own; run the statements one by one.
+    for statement in script.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+
+
+def check_schema(conn: sqlite3.Connection, path: Path) -> int:
+    """The schema version of the run store in ``conn``; raise unless this code can read it."""
     try:
         rows = dict(
             conn.execute(
@@ -155,8 +200,9 @@ def check_schema(conn: sqlite3.Connection, path: Path) -> None:
             f"version {SCHEMA_VERSION}: it was written by a newer kevo; upgrade kevo "
             "to open it"
         )
-    if version < SCHEMA_VERSION:
+    if version < SCHEMA_VERSION and any(v not in _MIGRATIONS for v in range(version, SCHEMA_VERSION)):
         raise SchemaVersionError(
             f"{path} has schema version {version}, older than {SCHEMA_VERSION}, "
             "and no migration from it exists"
         )
+    return version

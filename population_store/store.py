@@ -32,14 +32,18 @@ from population_store.individual import (
     source_hash,
     status_text,
 )
+from population_store import llm_responses
+from population_store.llm_responses import LlmUsage
 from population_store.schema import (
     ACCEPTED,
     DEFAULT_BUSY_TIMEOUT_S,
     PENDING,
+    SCHEMA_VERSION,
     StoreError,
     check_schema,
     connect,
     create_tables,
+    migrate,
 )
 
 # Individual and source_hash are part of this module's API too.
@@ -61,11 +65,14 @@ class RunStore:
     processes with ``RunStore.open(path, readonly=True)``.
     """
 
-    def __init__(self, conn: sqlite3.Connection, path: Path, readonly: bool):
+    def __init__(self, conn: sqlite3.Connection, path: Path, readonly: bool,
+                 schema_version: int = SCHEMA_VERSION):
         """Use ``RunStore.create`` or ``RunStore.open``."""
         self._conn = conn
         self.path = path
         self.readonly = readonly
+        # Below SCHEMA_VERSION only for a reader of an older store it may not migrate.
+        self.schema_version = schema_version
 
     # -- opening and closing -------------------------------------------------
 
@@ -118,18 +125,25 @@ class RunStore:
         """Open an existing store; ``readonly`` for a reader beside a live writer.
 
         Raises ``FileNotFoundError`` if there is no file, ``StoreError`` if it is
-        not a run store and ``SchemaVersionError`` if a newer kevo wrote it.
+        not a run store and ``SchemaVersionError`` if a newer kevo wrote it. A
+        store of an older schema is migrated when opened for writing; a reader
+        reads it as it is (it has no LLM replies).
         """
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"no run store at {path}")
         conn = connect(path, readonly=readonly, busy_timeout_s=busy_timeout_s)
         try:
-            check_schema(conn, path)
+            version = check_schema(conn, path)
+            if version < SCHEMA_VERSION and not readonly:
+                old = migrate(conn, path)
+                if old < SCHEMA_VERSION:
+                    logger.info("migrated run store %s from schema version %d to %d", path, old, SCHEMA_VERSION)
+                version = SCHEMA_VERSION
         except BaseException:
             conn.close()
             raise
-        return cls(conn, path, readonly=readonly)
+        return cls(conn, path, readonly=readonly, schema_version=version)
 
     def close(self) -> None:
         """Close the connection; every write was committed already."""
@@ -314,6 +328,29 @@ class RunStore:
             {"id": id_, "kind": kind_, "data": json.loads(data), "created_at": created}
             for id_, kind_, data, created in rows
         ]
+
+    # -- LLM replies and their cost -------------------------------------------
+
+    def get_llm_response(self, key: str) -> str | None:
+        """The LLM reply stored under cache ``key``, or ``None``."""
+        if self.schema_version < 2:
+            return None
+        return llm_responses.get_response(self._conn, key)
+
+    def put_llm_response(self, key: str, model: str, response: str, usage: dict) -> None:
+        """Store a paid LLM reply under cache ``key`` with its ``usage``.
+
+        ``usage`` holds ``prompt_tokens`` and ``completion_tokens`` (ints),
+        ``cost_usd`` and optionally ``finish_reason``.
+        """
+        with self._write() as conn:
+            llm_responses.put_response(conn, key, model, response, usage)
+
+    def llm_usage(self) -> LlmUsage:
+        """Paid LLM requests, tokens and cost of the run, in all and by model."""
+        if self.schema_version < 2:
+            return LlmUsage()
+        return llm_responses.usage(self._conn)
 
     # -- helpers ---------------------------------------------------------------
 

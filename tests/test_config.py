@@ -101,7 +101,7 @@ def test_the_resolved_config_reads_back_unchanged(tmp_path):
     ("fitness:\n  max_abs_diff: -1.0\n", "fitness.max_abs_diff: must be positive"),
     ("search:\n  population_size: 0\n", "search.population_size: must be at least 1"),
     ("search:\n  elite: 20\n", "search.elite"),
-    ("llm:\n  model: anthropic/claude-sonnet-4\n", "LLM operators are not available yet"),
+    ("llm:\n  model: anthropic/claude-sonnet-4\n  models: {openai/gpt-4o: 1.0}\n", "llm.models: set llm.model"),
 ])
 def test_a_bad_key_or_value_is_one_clear_error_naming_the_file(tmp_path, extra, message):
     base = MINIMAL if not extra.startswith("problem:") else ""

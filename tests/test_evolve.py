@@ -317,3 +317,63 @@ platform: cpu
         assert write_plot(store, tmp_path / "run" / "progress.png").read_bytes()[:4] == b"\x89PNG"
         assert [e["kind"] for e in store.events()] == ["started", "stopped"]
         assert store.config()["problem"]["shapes"] == {"batch_size": 4, "dim": 100}
+
+
+class PoolDispatcher(InProcessDispatcher):
+    """Four evaluators at once, finishing in a shuffled order; can die after ``after`` results."""
+
+    def __init__(self, evaluator, after: int | None = None, seed: int = 0) -> None:
+        super().__init__(evaluator)
+        self.rng = random.Random(seed)
+        self.left = after
+        self.peak = 0  # most candidates in flight seen at a next_result call
+
+    @property
+    def capacity(self) -> int:
+        return 4
+
+    def next_result(self):
+        if self.left == 0:
+            raise Crash
+        if self.left is not None:
+            self.left -= 1
+        self.peak = max(self.peak, len(self._queue))
+        # one of the (up to) four "running" candidates finishes first
+        index = self.rng.randrange(min(4, len(self._queue)))
+        key, source = self._queue[index]
+        del self._queue[index]
+        return key, self.evaluator.evaluate(source)
+
+
+def test_generations_overlap_on_a_pool_and_the_budget_holds(tmp_path, islands_config):
+    evaluator = FakeEvaluator()
+    pool = PoolDispatcher(evaluator)
+    store = RunStore.create(tmp_path / "run.sqlite", islands_config.to_dict())
+    with store:
+        reason = run_search(Search(store, pool, islands_config, [MATMUL_SEED],
+                                   search_space(islands_config, [MATMUL_SEED])))
+    stored, state = rows(tmp_path / "run.sqlite")
+    assert reason == "max_evaluations reached (44)"
+    assert len(stored) == 44 and all(r[6] != "pending" for r in stored)
+    assert sorted(evaluator.evaluated) == sorted(set(evaluator.evaluated)) and len(evaluator.evaluated) == 44
+    assert state["in_flight"] == []
+    # a generation closed while results of an earlier one were still out: later
+    # generations were submitted on top of them
+    assert pool.peak > islands_config.search.population_size * islands_config.search.islands
+
+
+@pytest.mark.parametrize("after", [3, 15, 29])
+def test_a_pool_run_killed_with_candidates_in_flight_resumes_to_its_budget(tmp_path, islands_config, after):
+    path = tmp_path / "run.sqlite"
+    evaluator = FakeEvaluator()
+    with pytest.raises(Crash):
+        drive(path, islands_config, evaluator, dispatcher_cls=lambda e: PoolDispatcher(e, after=after, seed=after))
+    committed = [r for r in rows(path)[0] if r[6] != "pending"]
+    assert len(committed) == after
+    reason = drive(path, islands_config, evaluator, dispatcher_cls=lambda e: PoolDispatcher(e, seed=1))
+    stored, state = rows(path)
+    assert reason == "max_evaluations reached (44)"
+    assert len(stored) == 44 and all(r[6] != "pending" for r in stored)
+    assert [r for r in stored if r[0] in {c[0] for c in committed}] == committed  # nothing committed changed
+    assert len(evaluator.evaluated) == len(set(evaluator.evaluated)) == 44  # none evaluated twice
+    assert state["in_flight"] == []

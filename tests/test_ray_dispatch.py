@@ -92,6 +92,29 @@ def local_ray():
     ray.shutdown()
 
 
+def test_an_actor_with_two_slots_checks_two_candidates_at_once_and_times_one_at_a_time(local_ray):
+    # Runs before the module's dispatcher takes both CPUs.
+    with RayDispatcher(spec(), num_actors=1, slots=2, ready_timeout_s=WAIT_S) as d:
+        assert d.capacity == 2
+        for key in range(4):
+            d.submit(key, SEED)
+        assert len(d.running()) == 2  # both slots of the one actor
+        results = dict(d.results())
+        assert sorted(results) == [0, 1, 2, 3] and all(r.status is Status.ACCEPTED for r in results.values())
+        assert len({d.served_by[k] for k in results}) == 1
+        (lane,) = d.lane_stats()
+        assert lane["timings"] >= 4 and 0 < lane["busy_share"] < 1, lane
+        # another problem on the same actors (a sweep's next problem)
+        info = d.retarget(spec(reference=str(PROBLEMS / "softmax" / "reference.py"),
+                               shapes=SMALL_SHAPES["softmax"]))
+        assert info["platform"] == "cpu"
+        d.submit(9, (PROBLEMS / "softmax" / "seed.py").read_text())
+        d.submit(10, SEED)  # the elementwise kernel is wrong for softmax
+        results = dict(d.results())
+        assert results[9].status is Status.ACCEPTED, results[9]
+        assert results[10].status is not Status.ACCEPTED
+
+
 @pytest.fixture(scope="module")
 def dispatcher(local_ray):
     with RayDispatcher(spec(), num_actors=2, ready_timeout_s=WAIT_S) as d:

@@ -1,0 +1,83 @@
+"""One timing lane per device: timing has the device to itself, checking shares it.
+
+Several evaluators on one GPU (threads of one Ray actor) compile and check
+candidates at the same time, but a timed window must see no other work on
+the device, or the neighbours' kernels would be charged to the candidate.
+``TimingLane`` is a readers-writer lock that prefers the writer: ``shared()``
+around checking steps, ``exclusive()`` around timing. Once a timing waits, no
+new check starts, so a timing waits at most for the checks already running.
+It also keeps how long the lane was held exclusively (the share of wall time
+the device spent timing: how busy the lane is).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+
+
+class TimingLane:
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._readers = 0
+        self._writer = False
+        self._writers_waiting = 0
+        self.created = time.monotonic()
+        self.exclusive_s = 0.0  # total time timing held the lane
+        self.timings = 0
+
+    @contextlib.contextmanager
+    def shared(self) -> Iterator[None]:
+        """Device work that may overlap other checks but never a timing."""
+        with self._cond:
+            while self._writer or self._writers_waiting:
+                self._cond.wait()
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._readers -= 1
+                if self._readers == 0:
+                    self._cond.notify_all()
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """The device to itself: a timed window."""
+        with self._cond:
+            self._writers_waiting += 1
+            try:
+                while self._writer or self._readers:
+                    self._cond.wait()
+            finally:
+                self._writers_waiting -= 1
+            self._writer = True
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            with self._cond:
+                self.exclusive_s += time.monotonic() - started
+                self.timings += 1
+                self._writer = False
+                self._cond.notify_all()
+
+    def stats(self) -> dict[str, float]:
+        """Seconds since creation, seconds timing, and the busy share."""
+        wall = time.monotonic() - self.created
+        return {"wall_s": wall, "timing_s": self.exclusive_s, "timings": self.timings,
+                "busy_share": self.exclusive_s / wall if wall > 0 else 0.0}
+
+
+class NoLane:
+    """The lane of an evaluator alone on its device: nothing to wait for."""
+
+    @contextlib.contextmanager
+    def shared(self) -> Iterator[None]:
+        yield
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        yield

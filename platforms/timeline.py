@@ -1,0 +1,83 @@
+"""The device's own record of a timed window: when each run's work started and ended.
+
+CUDA events bracket a run from the host: the interval also holds the time the
+host spends in Python before the first kernel reaches the device, which for a
+kernel of a few microseconds is most of what gets measured, and it varies with
+the host's load. The profiler's activity trace (CUPTI on NVIDIA, roctracer on
+AMD, through torch.profiler) stamps every kernel, copy and fill of this
+process on the device clock, whatever stream or launch path it took. A run's
+device time is the span from the first such activity to the last one inside
+the run's range; runs are separated by whole-device synchronisations, so
+nothing of one run can spill into the next.
+
+A window whose trace is incomplete (a run with no device activity, say,
+because the trace dropped records or someone stopped the profiler) yields
+no spans, and the caller keeps the event times, which count everything.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import warnings
+from typing import Any
+
+
+class DeviceTimeline:
+    """Collects device activity for a window; ``spans()`` after it closed."""
+
+    def __init__(self) -> None:
+        import torch.profiler as tp
+
+        self._tp = tp
+        with warnings.catch_warnings():  # its note on events cleared between cycles: one window, one cycle
+            warnings.simplefilter("ignore")
+            self._profile = tp.profile(activities=[tp.ProfilerActivity.CPU, tp.ProfilerActivity.CUDA],
+                                       record_shapes=False, with_stack=False, profile_memory=False)
+        # A run's range is named with a secret, so nobody else's range can pass for it.
+        self._tag = f"kevo-run-{secrets.token_hex(8)}:"
+        self._closed = False
+
+    def __enter__(self) -> "DeviceTimeline":
+        self._profile.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._profile.__exit__(None, None, None)
+        self._closed = True
+
+    def run(self, index: int) -> contextlib.AbstractContextManager[Any]:
+        """Context that marks run ``index`` on the host timeline."""
+        return self._tp.record_function(f"{self._tag}{index}")
+
+    def spans(self, n_runs: int) -> list[float] | None:
+        """Milliseconds from the first to the last device activity of each run, or None."""
+        if not self._closed:
+            raise RuntimeError("spans() before the window closed")
+        try:
+            events = self._profile.profiler.kineto_results.events()
+        except Exception:  # no trace at all
+            return None
+        ranges: dict[int, tuple[int, int]] = {}
+        activity: list[tuple[int, int]] = []
+        for event in events:
+            name = event.name()
+            if str(event.device_type()).endswith("CPU"):
+                if name.startswith(self._tag):
+                    index = int(name[len(self._tag):])
+                    if index in ranges:  # a second range under a secret name: not ours to trust
+                        return None
+                    ranges[index] = (event.start_ns(), event.end_ns())
+            else:
+                activity.append((event.start_ns(), event.end_ns()))
+        if sorted(ranges) != list(range(n_runs)):
+            return None
+        activity.sort()
+        spans = []
+        for index in range(n_runs):
+            lo, hi = ranges[index]
+            inside = [(s, e) for s, e in activity if lo <= s <= hi]
+            if not inside:
+                return None
+            spans.append((max(e for _, e in inside) - inside[0][0]) / 1e6)
+        return spans

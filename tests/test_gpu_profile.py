@@ -1,0 +1,56 @@
+"""Real ncu on suite kernels: an elementwise kernel is memory-bound, a large matmul compute-bound.
+
+Needs an NVIDIA GPU and Nsight Compute (``ncu`` on PATH, in /usr/local/cuda/bin
+or /opt/nvidia/nsight-compute, or named by ``KEVO_NCU``); skipped otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.conftest import PROBLEMS
+
+from fitness.profiling import profile_candidate
+from platforms.profiling import COMPUTE_BOUND, MEMORY_BOUND, NcuProfiler, profiler_for
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def ncu() -> NcuProfiler:
+    import torch
+
+    if not torch.cuda.is_available() or torch.version.hip is not None:
+        pytest.skip("needs an NVIDIA GPU")
+    profiler = profiler_for("cuda", ncu_bin_path=os.environ.get("KEVO_NCU") or None)
+    if not isinstance(profiler, NcuProfiler):
+        pytest.skip(profiler.disabled_reason or "no ncu")
+    return profiler
+
+
+def profile(profiler: NcuProfiler, problem: str):
+    import torch
+
+    source = (PROBLEMS / problem / "seed.py").read_text()
+    record = profile_candidate(profiler, PROBLEMS / problem / "reference.py", {}, source, "cuda", 0, 300.0,
+                               device_name=torch.cuda.get_device_name(0))
+    assert record.measured, record.reason
+    assert record.tool == "ncu" and record.tool_version != "unknown"
+    return record
+
+
+def test_elementwise_kernel_is_memory_bound(ncu):
+    record = profile(ncu, "elementwise")  # 4096 x 16384 fp32: 768 MiB of traffic a forward
+    kernel = record.kernel("gated_mul_kernel")
+    assert kernel.launches == 3  # the measured runs only: warm-up and input set-up are outside the region
+    assert kernel.bottleneck == MEMORY_BOUND, record.summary
+    assert record.bottleneck == MEMORY_BOUND, record.summary
+
+
+def test_large_matmul_is_compute_bound(ncu):
+    record = profile(ncu, "matmul")  # 4096^3 fp32 (IEEE, no tensor cores): 137 GFLOP a forward
+    kernel = record.kernel("matmul_kernel")
+    assert kernel.bottleneck == COMPUTE_BOUND, record.summary
+    assert record.bottleneck == COMPUTE_BOUND, record.summary
