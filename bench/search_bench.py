@@ -20,6 +20,7 @@ replacement, and grid order.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import hashlib
 import importlib.metadata
@@ -42,8 +43,8 @@ sys.path.insert(0, str(ROOT))
 from evolve.config import Config, ConfigError, PlatformName, load_config  # noqa: E402
 from evolve.dispatch import InProcessDispatcher  # noqa: E402
 from evolve.loop import Search, SearchError, run_search  # noqa: E402
-from evolve.session import make_evaluator, search_space  # noqa: E402
-from fitness import CutoffError, EvalResult, ProblemError  # noqa: E402
+from evolve.session import make_dispatcher, search_space  # noqa: E402
+from fitness import CutoffError, EvalResult, ProblemError, shape_knobs  # noqa: E402
 from operators import apply_params, params_of  # noqa: E402
 from platforms import PlatformUnavailable  # noqa: E402
 from population_store import RunStore  # noqa: E402
@@ -120,33 +121,52 @@ def table_identity(config: Config, seed: str) -> dict[str, Any]:
 
 
 def fill_grid(name: str, config: Config, seed: str, points: list[dict[str, int]], cache: GridCache,
-              table: dict[str, Any], evaluator_factory: Callable[[Config], Any] = make_evaluator) -> int:
+              table: dict[str, Any], evaluator_factory: Callable[[Config], Any] | None = None) -> int:
     """Evaluate the ``points`` the table lacks, saving after each; return how many were evaluated.
 
-    No evaluator is built when nothing is missing, so a complete cache replays anywhere.
+    The points go through the config's dispatcher (every GPU's Ray actor, as
+    a run would use them), or through ``evaluator_factory``'s evaluator in
+    this process. No evaluator is built when nothing is missing, so a
+    complete cache replays anywhere.
     """
     missing = [p for p in points if point_key(p) not in table["points"]]
     if not missing:
         return 0
-    with evaluator_factory(config) as evaluator:
-        _check_session(table, _session(evaluator), cache.path)
-        started = time.monotonic()
-        for done, params in enumerate(missing, 1):
-            t0 = time.monotonic()
-            result = evaluator.evaluate(apply_params(seed, params))
+    with _dispatcher(config, evaluator_factory) as (dispatcher, where):
+        _check_session(table, _session(where), cache.path)
+        for key, params in enumerate(missing):
+            dispatcher.submit(key, apply_params(seed, params))
+        started = last = time.monotonic()
+        for done, (key, result) in enumerate(dispatcher.results(), 1):
+            params = missing[key]
             record = {**result.to_dict(), "reason": result.reason[:REASON_CHARS], "profile": None}
-            table["points"][point_key(params)] = {"result": record, "wall_s": round(time.monotonic() - t0, 3)}
+            # wall_s: time since the previous verdict (in process, the evaluation's own wall time;
+            # on a pool, the times add up to the wall time of filling the grid)
+            now = time.monotonic()
+            table["points"][point_key(params)] = {"result": record, "wall_s": round(now - last, 3)}
+            last = now
             cache.save()
             eta = (time.monotonic() - started) / done * (len(missing) - done)
             runtime = f"{result.runtime_ms:.4g} ms" if result.accepted else result.reason[:80]
             print(f"[{name}] {done}/{len(missing)} {_short(params)}: {result.status.value} {runtime} "
                   f"(eta {eta / 60:.1f} min)", file=sys.stderr, flush=True)
+        table.setdefault("fill_wall_s", []).append(round(time.monotonic() - started, 2))
     return len(missing)
 
 
-def _session(evaluator: Any) -> dict[str, Any]:
-    platform = evaluator.platform
-    return {"platform": platform.name, "device_name": platform.device_name(), "cutoff": evaluator.cutoff,
+@contextlib.contextmanager
+def _dispatcher(config: Config, evaluator_factory: Callable[[Config], Any] | None):
+    if evaluator_factory is None:
+        with make_dispatcher(config) as made:
+            yield made
+        return
+    with evaluator_factory(config) as evaluator, InProcessDispatcher(evaluator) as dispatcher:
+        yield dispatcher, {"platform": evaluator.platform.name, "device_name": evaluator.platform.device_name(),
+                           "cutoff": evaluator.cutoff}
+
+
+def _session(where: dict[str, Any]) -> dict[str, Any]:
+    return {"platform": where["platform"], "device_name": where["device_name"], "cutoff": where["cutoff"],
             **{pkg: importlib.metadata.version(pkg) for pkg in ("torch", "triton")}}
 
 
@@ -221,7 +241,7 @@ def median_of(counts: list[int | None]) -> float | None:
 
 
 def bench_problem(config_path: Path, args: argparse.Namespace, cache: GridCache,
-                  evaluator_factory: Callable[[Config], Any] = make_evaluator) -> dict[str, Any]:
+                  evaluator_factory: Callable[[Config], Any] | None = None) -> dict[str, Any]:
     """Fill the grid of one config, then replay every strategy against it."""
     config, seed, space = _setup(config_path, args)
     name = config_path.stem
@@ -270,6 +290,15 @@ def _setup(config_path: Path, args: argparse.Namespace) -> tuple[Config, str, Sp
     config = dataclasses.replace(config, operators=dataclasses.replace(config.operators, space=overrides))
     if args.device:
         config = dataclasses.replace(config, platform=PlatformName(args.device))
+    shapes = {**config.problem.shapes}
+    for item in getattr(args, "shape", None) or []:
+        knob, _, value = item.partition("=")
+        if knob in {k.name for k in shape_knobs(config.problem.reference)}:
+            try:
+                shapes[knob] = int(value)
+            except ValueError:
+                raise BenchError(f"--shape {item}: expected NAME=INTEGER") from None
+    config = dataclasses.replace(config, problem=dataclasses.replace(config.problem, shapes=shapes))
     seed = config.problem.seeds[0].read_text(encoding="utf-8")
     return config, seed, search_space(config, [seed])
 
@@ -344,6 +373,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--within", type=float, default=0.02, help="target: runtime <= best * (1 + WITHIN)")
     parser.add_argument("--device", choices=[p.value for p in PlatformName], help="override the config's platform")
     parser.add_argument("--max-grid", type=int, default=3000, help="refuse grids larger than this (default 3000)")
+    parser.add_argument("--shape", action="append", default=[], metavar="NAME=VALUE",
+                        help="override a shape knob of every problem that has it (repeatable)")
     parser.add_argument("--space", action="append", default=[], metavar="NAME=V1,V2,...",
                         help="restrict a tunable's values (repeatable; applies to every --config)")
     args = parser.parse_args(argv)

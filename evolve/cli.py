@@ -15,7 +15,8 @@ from evolve.loop import SearchError
 from evolve.progress import Progress
 from evolve.ray_dispatch import RayUnavailable
 from evolve.report import PLOT_FILE, build_report, format_counts, print_report, write_plot
-from evolve.session import RunError, open_store, resume_run, start_run
+from evolve.session import RunError, default_run_dir, open_store, resume_run, start_run
+from evolve.sweep import SharedPool, format_summary, load_sweep, run_sweep, stored_entries, summary_dict
 from fitness import CutoffError, EvalSettings, Evaluator, ProblemError
 from platforms import PLATFORM_NAMES, PlatformUnavailable
 
@@ -88,7 +89,57 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
+    entries = stored_entries(Path(args.run_dir))
+    if entries is not None:  # a sweep's directory: go on with the sweep
+        return _sweep(args, entries, Path(args.run_dir))
     return _search(args, lambda progress: resume_run(args.run_dir, progress))
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    entries = load_sweep(args.sweep)
+    sweep_dir = Path(args.run_dir) if args.run_dir else default_run_dir(args.sweep)
+    return _sweep(args, entries, sweep_dir)
+
+
+def _sweep(args: argparse.Namespace, entries: list, sweep_dir: Path) -> int:
+    """Every run of the sweep in turn, each with its progress line; the summary on stdout."""
+    console = Console(stderr=True, soft_wrap=True)
+    _log_through(console, args.verbose)
+    pool = SharedPool()
+    console.print(f"kevo sweep: {len(entries)} run(s) into {sweep_dir}", highlight=False)
+
+    def start(config_path: Path, run_dir: Path) -> str:
+        progress = Progress(console)
+        try:
+            return start_run(config_path, run_dir, progress, dispatchers=pool)
+        finally:
+            progress.close()
+
+    def resume(run_dir: Path) -> str:
+        progress = Progress(console)
+        try:
+            return resume_run(run_dir, progress, dispatchers=pool)
+        finally:
+            progress.close()
+
+    def told(outcome) -> None:
+        best = f"{outcome.speedup:.3g}x" if outcome.speedup else "no correct kernel"
+        console.print(f"kevo sweep: {outcome.name}: {outcome.status}, {best}"
+                      + (f" ({outcome.reason})" if outcome.status != "finished" else ""), highlight=False)
+
+    try:
+        outcomes = run_sweep(entries, sweep_dir, start, resume, told)
+    except KeyboardInterrupt:
+        print(f"kevo sweep: interrupted; continue with 'kevo resume {sweep_dir}'", file=sys.stderr)
+        return 130
+    finally:
+        pool.close()
+    summary = summary_dict(outcomes)
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        print(format_summary(summary))
+    return 0
 
 
 def _search(args: argparse.Namespace, drive) -> int:
@@ -182,14 +233,23 @@ def build_parser() -> argparse.ArgumentParser:
                      help="where the run is stored (default: runs/<config stem>-<timestamp>)")
     run.set_defaults(func=cmd_run)
 
-    resume = sub.add_parser("resume", help="continue a stopped or killed run to its budget")
+    resume = sub.add_parser("resume", help="continue a stopped or killed run (or sweep) to its budget")
     resume.add_argument("run_dir", metavar="RUN_DIR")
+    resume.add_argument("--json", action="store_true", help="a sweep's summary as one JSON object on stdout")
     resume.set_defaults(func=cmd_resume)
 
     report = sub.add_parser("report", help="what a run found: top kernels, statuses, a plot, the best lineage")
     report.add_argument("run_dir", metavar="RUN_DIR")
     report.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     report.set_defaults(func=cmd_report)
+
+    sweep = sub.add_parser("sweep", help="many problems (x shape variants) as one resumable job")
+    sweep.add_argument("sweep", metavar="SWEEP.yaml")
+    sweep.add_argument("--run-dir", metavar="DIR", default=None,
+                       help="where the sweep's runs are stored (default: runs/<sweep stem>-<timestamp>); "
+                            "the same sweep into the same directory goes on where it stopped")
+    sweep.add_argument("--json", action="store_true", help="print the summary as one JSON object on stdout")
+    sweep.set_defaults(func=cmd_sweep)
 
     export = sub.add_parser("export", help="the source of a run's best accepted kernel")
     export.add_argument("run_dir", metavar="RUN_DIR")

@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from operators import CROSSOVER, MUTATION, SearchSpace, SpaceError
+from operators import CROSSOVER, LLM_CROSSOVER, LLM_MUTATION, MUTATION, SearchSpace, SpaceError
 
 
 class ConfigError(ValueError):
@@ -41,9 +41,15 @@ class PlatformName(str, enum.Enum):
 class OperatorName(str, enum.Enum):
     PARAMETRIC_MUTATION = MUTATION
     PARAMETRIC_CROSSOVER = CROSSOVER
+    LLM_MUTATION = LLM_MUTATION
+    LLM_CROSSOVER = LLM_CROSSOVER
+
+    @property
+    def needs_llm(self) -> bool:
+        return self in (OperatorName.LLM_MUTATION, OperatorName.LLM_CROSSOVER)
 
 
-#: The one LLM setting that works in this version: no LLM, parametric operators only.
+#: ``llm.model`` when no LLM is configured: parametric operators only.
 OFFLINE = "offline"
 
 
@@ -87,6 +93,17 @@ class OperatorsConfig:
     )
     max_changes: int = 2  # tunables one mutation changes, at most
     space: dict[str, list[int]] = dataclasses.field(default_factory=dict)  # tunable -> allowed values
+    # True: a parent's bottleneck class (profiler) biases the operator and LLM focus, and the
+    # selector learns what pays off; False: draws follow the weights alone (a uniform baseline).
+    bias: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class ProfilerConfig:
+    enabled: bool = True  # False: parents get the analytic roofline only, never a hardware profiler
+    ncu_bin_path: Path | None = None  # None: ncu on PATH, /usr/local/cuda/bin, /opt/nvidia/nsight-compute
+    rocprof_bin_path: Path | None = None  # None: rocprofv3, rocprofv2, rocprof on PATH or in /opt/rocm/bin
+    timeout_s: float = 300.0  # per profiler call
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,6 +151,7 @@ class Config:
     search: SearchConfig = dataclasses.field(default_factory=SearchConfig)
     operators: OperatorsConfig = dataclasses.field(default_factory=OperatorsConfig)
     llm: LlmConfig = dataclasses.field(default_factory=LlmConfig)
+    profiler: ProfilerConfig = dataclasses.field(default_factory=ProfilerConfig)
     platform: PlatformName = PlatformName.AUTO
     cluster: ClusterConfig = dataclasses.field(default_factory=ClusterConfig)
 
@@ -233,6 +251,10 @@ def _convert(value: Any, hint: Any, where: str, ctx: _Context) -> Any:
         if not path.is_absolute() and ctx.base_dir is not None:
             path = ctx.base_dir / path
         return path.resolve()
+    if hint is bool:
+        if type(value) is not bool:
+            raise ctx.error(where, f"expected true or false, got {_show(value)}")
+        return value
     if hint is int:
         if type(value) is not int:
             raise ctx.error(where, f"expected an integer, got {_show(value)}")
@@ -286,6 +308,7 @@ def _check_values(config: Config, origin: str) -> None:
     require(config.cluster.address is None or config.cluster.address.strip() != "", "cluster.address",
             "must name a Ray cluster (host:port, or 'auto'), or be left out to start a local one")
     require(config.fitness.timeout_s > 0, "fitness.timeout_s", "must be positive")
+    require(config.profiler.timeout_s > 0, "profiler.timeout_s", "must be positive")
     require(all(w >= 0 for w in ops.weights.values()) and sum(ops.weights.values()) > 0,
             "operators.weights", "weights must be >= 0 and at least one positive")
     require(ops.max_changes >= 1, "operators.max_changes", "must be at least 1")
@@ -321,9 +344,12 @@ def _check_llm(config: Config, require: typing.Callable[[bool, str, str], None])
     require(llm.max_cost_usd is None or llm.max_cost_usd > 0, "llm.max_cost_usd", "must be positive (or left out)")
     require(all(p.input >= 0 and p.output >= 0 for p in llm.prices.values()), "llm.prices",
             "prices must be >= 0 (USD per million tokens)")
-    uses_llm = [op.value for op, w in config.operators.weights.items() if op.value.startswith("llm_") and w > 0]
+    uses_llm = [op.value for op, w in config.operators.weights.items() if op.needs_llm and w > 0]
     require(llm.online or not uses_llm, "operators.weights",
-            f"{', '.join(uses_llm)} need an LLM, but llm.model is {OFFLINE}")
+            f"{', '.join(uses_llm)} need{'s' if len(uses_llm) == 1 else ''} an LLM, but llm.model is {OFFLINE}")
+    require(config.problem.seeds or config.search.max_evaluations >= llm.initial_seeds, "llm.initial_seeds",
+            f"must be at most search.max_evaluations ({config.search.max_evaluations}): the first kernels "
+            "are evaluated within the budget")
 
 
 def _show(value: Any) -> str:

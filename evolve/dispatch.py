@@ -6,7 +6,8 @@ then takes ``(key, result)`` pairs in whatever order they complete, committing
 each as it arrives. ``InProcessDispatcher`` evaluates one candidate at a time
 with one ``fitness.Evaluator`` in this process; a pool of GPU actors fits the
 same three calls (``submit`` hands work to a free actor or queues it,
-``next_result`` waits for whichever actor finishes first).
+``next_result`` waits for whichever actor finishes first). ``profile`` takes
+a parent's profile where it is evaluated, between evaluations' timings.
 
 >>> dispatcher = InProcessDispatcher(evaluator)  # doctest: +SKIP
 >>> dispatcher.submit(7, source)  # doctest: +SKIP
@@ -19,7 +20,7 @@ from __future__ import annotations
 import abc
 import collections
 from collections.abc import Iterator
-from typing import Protocol
+from typing import Any, Protocol
 
 from fitness import EvalResult
 
@@ -47,6 +48,14 @@ class Dispatcher(abc.ABC):
     def capacity(self) -> int:
         """How many candidates it evaluates at once (evaluators times their slots)."""
         return 1
+
+    def profile(self, source: str, runtime_ms: float | None) -> dict[str, Any] | None:
+        """The profile record (``ProfileRecord.to_dict()``) of ``source``, an evaluated parent.
+
+        ``runtime_ms`` is its measured median, for the analytic roofline. None
+        when this dispatcher cannot profile (the default) or the profile was lost.
+        """
+        return None
 
     def results(self) -> Iterator[tuple[int, EvalResult]]:
         """``next_result()`` until nothing is in flight."""
@@ -91,6 +100,10 @@ class InProcessDispatcher(Dispatcher):
     @property
     def in_flight(self) -> int:
         return len(self._queue)
+
+    def profile(self, source: str, runtime_ms: float | None) -> dict[str, Any] | None:
+        profile = getattr(self.evaluator, "profile", None)  # a test's fake evaluator may not profile
+        return None if profile is None else profile(source, runtime_ms)
 
     def close(self) -> None:
         self._queue.clear()

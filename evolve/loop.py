@@ -1,10 +1,14 @@
 """The search loop: select → vary → evaluate only the new → store → stop?
 
-Generation 0 evaluates the seeds; every island starts from the accepted ones.
-Each later generation, per island: tournaments pick parents, variation makes
-unseen children, the dispatcher evaluates them (each result is committed as it
-arrives), and the elite plus tournaments over parents and accepted children
-form the next population; islands trade their best along a ring now and then.
+Generation 0 evaluates the seeds (or, for a problem without any, the first
+kernels an LLM writes); every island starts from the accepted ones. Each later
+generation: tournaments pick each island's parents, the parents not profiled
+yet are profiled, variation makes unseen children (the parents' bottleneck
+classes steer the operators; LLM requests go out in one batch), the
+dispatcher evaluates them (each result is committed as it arrives, and the
+steering learns whether it improved on its parent), and the elite plus
+tournaments over parents and accepted children form the next population;
+islands trade their best along a ring now and then.
 
 Generations overlap so that no evaluator waits for a straggler: a generation
 closes as soon as the dispatcher has a free slot (fewer candidates in flight
@@ -13,9 +17,11 @@ population of a later generation when their results land. With one slot (the
 in-process dispatcher) every generation waits for all of its results.
 
 A checkpoint (the ``loop`` state: random state, populations, candidates in
-flight, counters) is stored after every generation. A resumed run evaluates
-again what was in flight and replays the generation that was cut short from
-that checkpoint: the same random state draws the same children, whose rows
+flight, counters, what the operator selector learnt, the LLM's request
+counter) is stored after every generation; parents' profiles and LLM replies
+are stored as they come. A resumed run evaluates again what was in flight and
+replays the generation that was cut short from that checkpoint: the same
+random state, profiles and cached replies draw the same children, whose rows
 are already in the store, so only those still pending are evaluated. Nothing
 committed is evaluated twice, and the run ends at its budget.
 """
@@ -32,7 +38,8 @@ from typing import Any
 from evolve.config import Config
 from evolve.dispatch import Dispatcher
 from evolve.population import Candidate, migrate, select_parents, survivors
-from evolve.variation import Child, seed_children, vary
+from evolve.steering import ParentProfiles, Steering
+from evolve.variation import Breeder, Child, LlmOperators, Proposes, llm_seed_children, seed_children, seed_space
 from population_store import Individual, RunStore
 
 log = logging.getLogger(__name__)
@@ -58,6 +65,10 @@ class LoopState:
     stale: int = 0  # generations since best_ms last improved
     elapsed_s: float = 0.0  # wall time spent searching, over all sessions
     in_flight: list[int] = dataclasses.field(default_factory=list)  # ids submitted, result not yet in
+    selector: dict | None = None  # what the operator selector learnt (OperatorSelector.state())
+    outcomes: dict[str, list] = dataclasses.field(default_factory=dict)  # child id -> what to learn from it
+    llm_samples: int = 0  # LLM requests made so far: the next one's sample number
+    llm_exhausted: bool = False  # the LLM budget was spent: no LLM operator is chosen
 
 
 @dataclasses.dataclass
@@ -70,6 +81,9 @@ class Search:
     seeds: list[str]
     space: dict[str, tuple[int, ...]]  # resolved once from the seeds
     on_result: Callable[[Candidate], None] = lambda candidate: None
+    proposer: Proposes | None = None  # the LLM operators' (None: no LLM)
+    # No seeds: resolves (and keeps) the space from the accepted first kernels the LLM wrote.
+    on_llm_seeds: Callable[[list[str]], dict[str, tuple[int, ...]]] | None = None
 
 
 def run_search(search: Search) -> str:
@@ -79,35 +93,46 @@ def run_search(search: Search) -> str:
     clock = _Clock(state.elapsed_s)
     ledger = _Ledger(store, state.last_id)
     flight = _Flight(search)
+    breeder = _breeder(search, state, rng)
     if state.generation < 0:
-        seeds = [ledger.admit(child, 0, 0) for child in seed_children(search.seeds) if ledger.is_new(child)]
+        children, failures = _seed_children(search, breeder)
+        seeds = [ledger.admit(child, 0, 0) for child in children if ledger.is_new(child)]
         flight.submit(seeds)
         flight.take(until=0)
-        state.islands = [[c.id for c in _accepted_seeds(seeds)]] * cfg.islands
+        accepted = _accepted_seeds(seeds, failures, llm=not search.seeds)
+        if not search.seeds:  # the LLM wrote them: the space comes from those accepted
+            settle = search.on_llm_seeds or (lambda sources: seed_space(sources, search.config.operators.space))
+            search.space = breeder.space = settle([c.source for c in accepted])
+        state.islands = [[c.id for c in accepted]] * cfg.islands
         _note_progress(state, flight.landed())
-        _checkpoint(store, state, 0, rng, ledger, clock, flight)
+        _checkpoint(store, state, 0, rng, ledger, clock, flight, breeder)
     islands = [[Candidate.from_individual(store.get(i)) for i in ids] for ids in state.islands]
     flight.resume(state.in_flight)
     spare = max(0, search.dispatcher.capacity - 1)  # in flight when a generation closes
     while not (reason := stop_reason(state, search.config, clock.elapsed())):
         generation = state.generation + 1
-        offspring = []
-        for island, (population, count) in enumerate(zip(islands, _shares(state, search.config))):
-            parents = select_parents(population, 2 * count, cfg.tournament_size, rng)
-            children = vary(parents, count, rng, search.config.operators, search.space, ledger.seen)
-            offspring.append([ledger.admit(child, generation, island) for child in children])
+        shares = _shares(state, search.config)
+        parents = [select_parents(population, 2 * count, cfg.tournament_size, rng)
+                   for population, count in zip(islands, shares)]
+        children = breeder.vary(parents, shares, ledger.seen)
+        offspring = [[ledger.admit(child, generation, island) for child in kids]
+                     for island, kids in enumerate(children)]
+        breeder.expect(zip([c for kids in offspring for c in kids], [c for kids in children for c in kids]))
         flight.submit([c for kids in offspring for c in kids] + ledger.leftovers())
         flight.take(until=spare if any(offspring) else 0)  # nothing new: wait for what is in flight
         landed = flight.landed()
+        breeder.steering.learn(landed)
         islands = _close(islands, landed, state, cfg, rng, generation)
-        _checkpoint(store, state, generation, rng, ledger, clock, flight)
+        _checkpoint(store, state, generation, rng, ledger, clock, flight, breeder)
         if not any(offspring) and not landed:
             reason = "no unseen candidate is left near the population (the search space is exhausted)"
             break
     if flight.outstanding:  # the budget is spent: wait for the last results
         flight.take(until=0)
-        islands = _close(islands, flight.landed(), state, cfg, rng, state.generation, stale=False)
-        _checkpoint(store, state, state.generation, rng, ledger, clock, flight)
+        landed = flight.landed()
+        breeder.steering.learn(landed)
+        islands = _close(islands, landed, state, cfg, rng, state.generation, stale=False)
+        _checkpoint(store, state, state.generation, rng, ledger, clock, flight, breeder)
     store.record_event("stopped", {"reason": reason, "generation": state.generation,
                                    "evaluations": state.evaluations})
     return reason
@@ -122,6 +147,8 @@ def _close(islands: list[list[Candidate]], landed: list[Candidate], state: LoopS
             arrivals[c.island % len(islands)].append(c)
     islands = [survivors(population + kids, cfg.population_size, cfg.elite, cfg.tournament_size, rng)
                for population, kids in zip(islands, arrivals)]
+    # a generation that closed before any result landed (a pool filling up) learnt nothing
+    stale = stale and bool(landed)
     if stale and generation % cfg.migration_interval == 0:
         migrate(islands, cfg.migrants)
     state.islands = [[c.id for c in population] for population in islands]
@@ -249,18 +276,45 @@ def _restore(store: RunStore, seed: int) -> tuple[LoopState, random.Random]:
 
 
 def _checkpoint(store: RunStore, state: LoopState, generation: int, rng: random.Random,
-                ledger: _Ledger, clock: _Clock, flight: _Flight) -> None:
+                ledger: _Ledger, clock: _Clock, flight: _Flight, breeder: Breeder) -> None:
     state.generation, state.rng_state = generation, list(rng.getstate())
+    state.selector, state.outcomes = breeder.steering.state()
+    if breeder.llm is not None:
+        state.llm_samples, state.llm_exhausted = breeder.llm.samples, breeder.llm.exhausted
     state.in_flight = sorted(flight.outstanding)
     state.last_id, state.evaluations, state.elapsed_s = ledger.last_id, store.count(), clock.elapsed()
     store.put_state(STATE_KEY, dataclasses.asdict(state))
 
 
-def _accepted_seeds(seeds: list[Candidate]) -> list[Candidate]:
+def _breeder(search: Search, state: LoopState, rng: random.Random) -> Breeder:
+    """Variation as the run left it: the selector's counts, the LLM's request counter and budget."""
+    operators = search.config.operators
+    steering = Steering(operators, rng, state.selector, state.outcomes)
+    llm = None
+    if search.proposer is not None:
+        llm = LlmOperators(search.proposer, search.store, state.llm_samples, state.llm_exhausted)
+    uses_llm = llm is not None and any(w > 0 for op, w in operators.weights.items() if op.needs_llm)
+    profiles = ParentProfiles(search.store, search.dispatcher, needed=operators.bias or uses_llm)
+    return Breeder(rng, operators, search.space, steering, profiles, llm)
+
+
+def _seed_children(search: Search, breeder: Breeder) -> tuple[list[Child], list[str]]:
+    """Generation 0: the seed files, or first kernels the LLM writes (and why requests gave none)."""
+    if search.seeds:
+        return seed_children(search.seeds), []
+    if breeder.llm is None:
+        raise SearchError("the problem has no seed kernels and no LLM is configured to write them "
+                          "(name problem.seeds, or set llm.model)")
+    return llm_seed_children(breeder.llm, search.config.llm.initial_seeds)
+
+
+def _accepted_seeds(seeds: list[Candidate], failures: list[str], llm: bool = False) -> list[Candidate]:
     accepted = [c for c in seeds if c.accepted]
     if not accepted:
-        verdicts = "; ".join(f"seed {c.id}: {c.result['status']}: {c.result['reason']}" for c in seeds)
-        raise SearchError(f"no seed kernel is accepted, so there is nothing to evolve ({verdicts})")
+        verdicts = [f"seed {c.id}: {c.result['status']}: {c.result['reason']}" for c in seeds]
+        verdicts += [f"a reply gave no kernel: {reason}" for reason in failures]
+        what = "none of the first kernels the LLM was asked for is accepted" if llm else "no seed kernel is accepted"
+        raise SearchError(f"{what}, so there is nothing to evolve ({'; '.join(verdicts)})")
     return accepted
 
 

@@ -189,6 +189,23 @@ class EvaluatorActor:
         finally:
             self._give_back(spec, evaluator)
 
+    def profile(self, spec: EvaluatorSpec, source: str, runtime_ms: float | None) -> dict[str, Any]:
+        """The profile record of ``source`` on this actor's device (``Evaluator.profile``).
+
+        Always the spec's first evaluator profiles, so a profiler that failed
+        once stays off for the actor.
+        """
+        with self._lock:
+            built = self._all.get(spec)
+            evaluator = built[0] if built else None
+        if evaluator is not None:
+            return evaluator.profile(source, runtime_ms)
+        evaluator = self._take(spec)
+        try:
+            return evaluator.profile(source, runtime_ms)
+        finally:
+            self._give_back(spec, evaluator)
+
     def lane_stats(self) -> dict[str, float]:
         """How busy this device's timing lane has been since the actor started."""
         return self.lane.stats()
@@ -259,7 +276,8 @@ class RayDispatcher(Dispatcher):
     """
 
     def __init__(self, spec: EvaluatorSpec, num_actors: int | None = None, address: str | None = None,
-                 ready_timeout_s: float = 600.0, slots: int | None = None) -> None:
+                 ready_timeout_s: float = 600.0, slots: int | None = None, actor_class: type | None = None,
+                 actor_options: dict[str, Any] | None = None) -> None:
         if num_actors is not None and num_actors < 1:
             raise ValueError(f"num_actors must be at least 1 (or None for one per GPU), got {num_actors}")
         if slots is not None and slots < 1:
@@ -269,8 +287,9 @@ class RayDispatcher(Dispatcher):
         gpus = int(ray.cluster_resources().get("GPU", 0))
         self._options, count = _actor_plan(spec.platform, gpus, num_actors)
         self.slots = slots or (DEFAULT_GPU_SLOTS if "num_gpus" in self._options else 1)
-        self._options = {**self._options, "max_concurrency": self.slots}
-        self._remote = ray.remote(EvaluatorActor)
+        # actor_class/actor_options: a stand-in actor with EvaluatorActor's methods (simulations, benchmarks)
+        self._options = {**self._options, "max_concurrency": self.slots, **(actor_options or {})}
+        self._remote = ray.remote(actor_class or EvaluatorActor)
         self._spec = spec
         self._ready_timeout_s = ready_timeout_s
         self._home = os.environ.get("HOME") if address is None else None
@@ -315,6 +334,20 @@ class RayDispatcher(Dispatcher):
     def lane_stats(self) -> list[dict[str, float]]:
         """Per actor: how busy its device's timing lane has been (see ``fitness.lane``)."""
         return self._get([a.lane_stats.remote() for a in self._actors], 60)
+
+    def profile(self, source: str, runtime_ms: float | None) -> dict[str, Any] | None:
+        """The profile of ``source``, taken by the first actor; None when that actor died meanwhile."""
+        ray = self._ray
+        method = getattr(self._actors[0], "profile", None)  # a stand-in actor may not profile
+        if method is None:
+            return None
+        try:
+            return ray.get(method.remote(self._spec, source, runtime_ms))
+        except ray.exceptions.RayActorError as exc:
+            log.warning("the Ray actor profiling a parent died (%s); it goes without a profile", type(exc).__name__)
+            return None
+        except ray.exceptions.RayTaskError as exc:  # ProblemError (a bad FLOPS), or a bug of kevo
+            raise exc.as_instanceof_cause() from None
 
     # -- Dispatcher ------------------------------------------------------------
 

@@ -13,6 +13,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from evolve.loop import STATE_KEY
+from evolve.steering import FALLBACK_EVENT, selector_table
+from evolve.variation import FAILED_EVENT
 from population_store import ACCEPTED, PENDING, Individual, RunStore
 
 PLOT_FILE = "progress.png"
@@ -24,6 +27,10 @@ def build_report(store: RunStore, run_dir: Path) -> dict[str, Any]:
 
     ``best`` is the verify-like record of the fastest accepted kernel plus its
     ``id`` and ``source_hash``, or None when no kernel was accepted.
+    ``llm_usage`` holds the paid LLM requests, tokens and cost (in all and
+    ``by_model``); ``operators_by_class`` says, per parent bottleneck class and
+    operator (or LLM focus), how many children were made and how many improved
+    on their parent.
     """
     config = store.config()
     counts = store.status_counts()
@@ -40,6 +47,10 @@ def build_report(store: RunStore, run_dir: Path) -> dict[str, Any]:
         "best": _record(top[0]) if top else None,
         "top": [_summary(ind) for ind in top],
         "lineage": _lineage(store, top[0]) if top else [],
+        "llm_usage": store.llm_usage().to_dict(),
+        "llm_failed_proposals": len(store.events(FAILED_EVENT)),
+        "operators_by_class": selector_table((store.get_state(STATE_KEY) or {}).get("selector")),
+        "profiler": [e["data"]["reason"] for e in store.events(FALLBACK_EVENT)],
     }
 
 
@@ -90,9 +101,38 @@ def print_report(report: dict[str, Any], console: Console) -> None:
         console.print(f"stopped    {report['stopped']}", highlight=False)
     if report.get("plot"):
         console.print(f"plot       {report['plot']}", highlight=False)
-    if not report["top"]:
+    for reason in report.get("profiler", []):
+        console.print(f"profiler   analytic roofline: {reason}", highlight=False)
+    if report.get("llm_usage", {}).get("requests") or report.get("llm_failed_proposals"):
+        console.print(f"llm        {format_usage(report['llm_usage'])}; "
+                      f"{report['llm_failed_proposals']} proposals gave no new kernel", highlight=False)
+    if report["top"]:
+        _print_kernels(report, console)
+    else:
         console.print("no accepted kernel yet")
-        return
+    if report.get("operators_by_class"):
+        _print_operators(report["operators_by_class"], console)
+
+
+def format_usage(usage: dict[str, Any]) -> str:
+    """``12 requests, 30,123 tokens (24,000 in, 6,123 out), $0.0123 (openai/gpt-4o-mini 12: $0.0123)``."""
+    text = (f"{usage['requests']} requests, {usage['prompt_tokens'] + usage['completion_tokens']:,} tokens "
+            f"({usage['prompt_tokens']:,} in, {usage['completion_tokens']:,} out), ${usage['cost_usd']:.4f}")
+    models = ", ".join(f"{model} {u['requests']}: ${u['cost_usd']:.4f}" for model, u in usage["by_model"].items())
+    return text + (f" ({models})" if models else "")
+
+
+def _print_operators(rows: list[dict[str, Any]], console: Console) -> None:
+    table = Table(title="what paid off, by the parent's bottleneck class", title_justify="left")
+    for column in ("class", "kind", "operator / focus", "children", "improved", "rate"):
+        table.add_column(column, justify="right" if column in ("children", "improved", "rate") else "left")
+    for row in rows:
+        table.add_row(row["bottleneck"], row["kind"], row["arm"], str(row["tries"]), str(row["improvements"]),
+                      f"{row['rate']:.0%}")
+    console.print(table)
+
+
+def _print_kernels(report: dict[str, Any], console: Console) -> None:
     top = Table(title="fastest kernels", title_justify="left")
     for column in ("id", "gen", "operator", "runtime ms", "speedup", "max |diff|"):
         top.add_column(column, justify="right" if column not in ("operator",) else "left")

@@ -1,8 +1,9 @@
 """A run from the outside: start one from a config, resume one from its directory.
 
 This is the composition root: it reads the config, resolves the search space
-from the seeds, builds the evaluator and the dispatcher, opens the run store
-and hands them to the loop. A run directory holds ``run.sqlite`` (everything
+from the seeds, builds the evaluator and the dispatcher, opens the run store,
+builds the LLM proposer when a model is configured, and hands them to the
+loop. A run directory holds ``run.sqlite`` (everything
 the run knows) and, once reported, ``progress.png``.
 """
 
@@ -12,7 +13,8 @@ import contextlib
 import fcntl
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +23,22 @@ from evolve.dispatch import Dispatcher, InProcessDispatcher
 from evolve.loop import Search, run_search
 from evolve.population import Candidate
 from evolve.ray_dispatch import EvaluatorSpec, RayDispatcher
-from fitness import EvalSettings, Evaluator
-from operators import SpaceError, check_space, resolve_space
+from evolve.variation import seed_space
+from fitness import EvalSettings, Evaluator, screen, shape_knobs
+from operators import (
+    OFFLINE_MESSAGE,
+    LlmProposer,
+    LlmSettings,
+    LlmSetupError,
+    ProblemContext,
+    SpaceError,
+    check_space,
+    resolve_space,
+)
+from operators.llm import client as llm_client
 from platforms import get_platform
+from platforms.guidance import guidance
+from platforms.profiling import ProfilerConfigError
 from population_store import RunStore, StoreError
 
 log = logging.getLogger(__name__)
@@ -31,6 +46,10 @@ log = logging.getLogger(__name__)
 STORE_FILE = "run.sqlite"
 LOCK_FILE = "run.lock"
 SETUP_KEY = "setup"
+
+
+#: Builds the dispatcher for a config: ``make_dispatcher``, or a sweep's shared pool.
+Dispatchers = Callable[[Config], AbstractContextManager[tuple[Dispatcher, dict[str, Any]]]]
 
 
 class RunError(Exception):
@@ -58,7 +77,7 @@ def default_run_dir(config_path: str | Path) -> Path:
 
 
 def start_run(config_path: str | Path, run_dir: str | Path | None = None,
-              observer: Observer | None = None) -> str:
+              observer: Observer | None = None, dispatchers: Dispatchers | None = None) -> str:
     """Start the run described by the YAML at ``config_path``; return why it stopped."""
     config = load_config(config_path)
     seeds = _read_seeds(config)
@@ -66,7 +85,8 @@ def start_run(config_path: str | Path, run_dir: str | Path | None = None,
     run_dir = Path(run_dir) if run_dir is not None else default_run_dir(config_path)
     if (run_dir / STORE_FILE).exists():  # before the evaluator, which can take a while to prepare
         raise _taken(run_dir)
-    with make_dispatcher(config) as (dispatcher, where):
+    check_llm(config)  # a missing key stops the run before anything is made
+    with (dispatchers or make_dispatcher)(config) as (dispatcher, where):
         run_dir.mkdir(parents=True, exist_ok=True)
         with _locked(run_dir):
             try:
@@ -79,7 +99,8 @@ def start_run(config_path: str | Path, run_dir: str | Path | None = None,
                                observer or Observer())
 
 
-def resume_run(run_dir: str | Path, observer: Observer | None = None) -> str:
+def resume_run(run_dir: str | Path, observer: Observer | None = None,
+               dispatchers: Dispatchers | None = None) -> str:
     """Continue the run in ``run_dir`` with its stored config and state; return why it stopped."""
     run_dir = Path(run_dir)
     with open_store(run_dir) as store, _locked(run_dir):
@@ -91,7 +112,8 @@ def resume_run(run_dir: str | Path, observer: Observer | None = None) -> str:
             _put_setup(store, seeds, space)
         else:
             seeds, space = setup["seeds"], {k: tuple(v) for k, v in setup["space"].items()}
-        with make_dispatcher(config) as (dispatcher, where):
+        check_llm(config)
+        with (dispatchers or make_dispatcher)(config) as (dispatcher, where):
             return _search("resumed", run_dir, store, dispatcher, where, config, seeds, space,
                            observer or Observer())
 
@@ -137,7 +159,16 @@ def evaluator_spec(config: Config) -> EvaluatorSpec:
     problem = config.problem
     return EvaluatorSpec(str(problem.reference), platform=config.platform.value, shapes=dict(problem.shapes),
                          max_abs_diff=config.fitness.max_abs_diff, held_out=problem.held_out_shapes,
-                         settings=EvalSettings(timeout_s=config.fitness.timeout_s))
+                         settings=eval_settings(config))
+
+
+def eval_settings(config: Config) -> EvalSettings:
+    """The evaluator's settings from the config: its timeout and how parents are profiled."""
+    profiler = config.profiler
+    return EvalSettings(timeout_s=config.fitness.timeout_s, profiler_enabled=profiler.enabled,
+                        ncu_bin_path=None if profiler.ncu_bin_path is None else str(profiler.ncu_bin_path),
+                        rocprof_bin_path=None if profiler.rocprof_bin_path is None else str(profiler.rocprof_bin_path),
+                        profile_timeout_s=profiler.timeout_s)
 
 
 def uses_ray(config: Config) -> bool:
@@ -160,17 +191,58 @@ def uses_ray(config: Config) -> bool:
 def make_dispatcher(config: Config) -> Iterator[tuple[Dispatcher, dict[str, Any]]]:
     """The dispatcher the config describes, and where it evaluates (platform, device_name, cutoff).
 
-    Raises what ``make_evaluator`` raises, and ``RayUnavailable``.
+    Raises what ``make_evaluator`` raises, ``RayUnavailable``, and ``ConfigError``
+    for a profiler path that is not an executable.
     """
-    if not uses_ray(config):
-        with make_evaluator(config) as evaluator, InProcessDispatcher(evaluator) as dispatcher:
-            yield dispatcher, {"platform": evaluator.platform.name, "device_name": evaluator.platform.device_name(),
-                               "cutoff": evaluator.cutoff}
+    try:
+        if not uses_ray(config):
+            with make_evaluator(config) as evaluator, InProcessDispatcher(evaluator) as dispatcher:
+                yield dispatcher, {"platform": evaluator.platform.name,
+                                   "device_name": evaluator.platform.device_name(), "cutoff": evaluator.cutoff}
+            return
+        cluster = config.cluster
+        with RayDispatcher(evaluator_spec(config), num_actors=cluster.actors, address=cluster.address,
+                           slots=cluster.slots) as dispatcher:
+            yield dispatcher, dict(dispatcher.info)
+    except ProfilerConfigError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def check_llm(config: Config) -> None:
+    """``RunError`` when the configured LLM cannot be used at all (no key, unknown provider); no request is sent."""
+    if not config.llm.online:
         return
-    cluster = config.cluster
-    with RayDispatcher(evaluator_spec(config), num_actors=cluster.actors, address=cluster.address,
-                       slots=cluster.slots) as dispatcher:
-        yield dispatcher, dict(dispatcher.info)
+    try:
+        llm_client.check_setup(LlmSettings.from_config(config.llm))
+    except LlmSetupError as exc:
+        raise RunError(f"{exc} (llm section of the config)") from None
+
+
+@contextlib.contextmanager
+def make_proposer(config: Config, store: RunStore, where: dict[str, Any]) -> Iterator[LlmProposer | None]:
+    """The LLM proposer of the run (its cache and spending are the store's), or None without a model.
+
+    Without a model it says so, once. Raises ``RunError`` for an LLM that cannot be used.
+    """
+    if not config.llm.online:
+        log.info(OFFLINE_MESSAGE)
+        yield None
+        return
+    reference = config.problem.reference
+    shapes = {**{knob.name: knob.value for knob in shape_knobs(reference)}, **config.problem.shapes}
+    context = ProblemContext(reference.read_text(encoding="utf-8"), where["cutoff"], guidance(where["platform"]),
+                             screen=screen, shapes=shapes)
+    try:
+        proposer = LlmProposer(LlmSettings.from_config(config.llm), store, context,
+                               spent_usd=store.llm_usage().cost_usd)
+    except LlmSetupError as exc:
+        raise RunError(f"{exc} (llm section of the config)") from None
+    weighted = [op.value for op, w in config.operators.weights.items() if op.needs_llm and w > 0]
+    if not weighted:
+        log.info("llm: operators.weights gives no LLM operator a weight, so the LLM only writes first kernels "
+                 "(when problem.seeds is empty)")
+    with proposer:
+        yield proposer
 
 
 def _read_seeds(config: Config) -> list[str]:
@@ -192,13 +264,26 @@ def _taken(run_dir: Path) -> RunError:
 
 def _search(how: str, run_dir: Path, store: RunStore, dispatcher: Dispatcher, where: dict[str, Any],
             config: Config, seeds: list[str], space: dict[str, tuple[int, ...]], observer: Observer) -> str:
-    log.info("llm.model is %r: LLM operators are not available yet, so this run uses parametric "
-             "mutation and crossover only", config.llm.model)
-    store.record_event(how, {**where, "llm": config.llm.model,
-                             "operators": [op.value for op, w in config.operators.weights.items() if w > 0]})
-    observer.started(run_dir, store, config)
-    search = Search(store, dispatcher, config, seeds, space, lambda c: observer.result(c, store))
-    return run_search(search)
+    with make_proposer(config, store, where) as proposer:
+        models = list(config.llm.models) or [config.llm.model]
+        store.record_event(how, {**where, "llm": models if config.llm.online else config.llm.model,
+                                 "operators": [op.value for op, w in config.operators.weights.items() if w > 0],
+                                 "bias": config.operators.bias})
+        observer.started(run_dir, store, config)
+
+        def settle_space(sources: list[str]) -> dict[str, tuple[int, ...]]:
+            """The space of a run whose first kernels the LLM wrote, kept for a resume."""
+            resolved = seed_space(sources, config.operators.space)
+            _put_setup(store, seeds, resolved)
+            return resolved
+
+        search = Search(store, dispatcher, config, seeds, space, lambda c: observer.result(c, store),
+                        proposer=proposer, on_llm_seeds=settle_space)
+        try:
+            return run_search(search)
+        except LlmSetupError as exc:  # a key the provider refuses shows at the first request
+            raise RunError(f"{exc} (llm section of the config); fix it and continue with "
+                           f"'kevo resume {run_dir}'") from None
 
 
 @contextlib.contextmanager

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fitness.compare import CutoffError, check_cutoff, compare
+from fitness.profiling import profile_candidate
 from fitness.problem import (
     Problem,
     ProblemError,
@@ -32,6 +33,7 @@ from fitness.sandbox import WorkerGone, WorkerProcess
 from fitness.screen import screen
 from fitness.lane import NoLane, TimingLane
 from platforms import Platform, Timing, TimingSettings, get_platform
+from platforms.profiling import Profiler, profiler_for
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +54,11 @@ class EvalSettings:
     startup_timeout_s: float = 180.0
     memory_limit_bytes: int = 0  # address-space cap of a CPU worker; 0: none
     screen: bool = True  # static screen (the runtime defences stay on regardless)
+    # Profiling a parent (``Evaluator.profile``): False keeps to the analytic roofline.
+    profiler_enabled: bool = True
+    ncu_bin_path: str | None = None  # None: searched on PATH and in the vendor's directories
+    rocprof_bin_path: str | None = None
+    profile_timeout_s: float = 300.0  # per profiler call
 
 
 @dataclasses.dataclass
@@ -96,6 +103,9 @@ class Evaluator:
         self.lane = lane or NoLane()
         self._reference_ms: float | None = None
         self.device = self.platform.device()
+        # Built once: a tool that fails stays off for this evaluator (ProfilerConfigError for a bad path).
+        self.profiler: Profiler = profiler_for(self.platform.name, self.settings.ncu_bin_path,
+                                               self.settings.rocprof_bin_path, self.settings.profiler_enabled)
         self.main = self._prepare(self.shapes, required=True)
         if held_out is None:
             held_out = held_out_shapes(self.reference_path, self.shapes)
@@ -228,7 +238,11 @@ class Evaluator:
             if not reply["ok"]:
                 return EvalResult(Status(reply["status"]), reply["reason"], **base)
             fresh = [secrets.randbelow(2**31 - 1) for _ in range(self.settings.fresh_inputs)]
-            for seed in [*self.settings.fixed_seeds, *fresh]:
+            # The main shapes get every fixed and fresh input set (and the timed runs'
+            # checks); a held-out shape is there to catch shape-specific code, which
+            # one fresh input set does as well as three and costs a third.
+            seeds = [*self.settings.fixed_seeds, *fresh] if variant is self.main else (fresh or [self.settings.fixed_seeds[0]])
+            for seed in seeds:
                 with self.lane.shared():
                     refs = variant.references.get(seed)
                     if refs is None:
@@ -296,6 +310,21 @@ class Evaluator:
         timing = Timing(runs, walls, float(reply["overhead_ms"]), device)
         return EvalResult(Status.ACCEPTED, "", max_abs_diff=worst, runtime_ms=timing.median_ms,
                           runtime_spread=timing.spread, reference_ms=self.reference_ms(), checks=checks, **base)
+
+    def profile(self, source: str, runtime_ms: float | None = None) -> dict[str, Any]:
+        """The profile of candidate ``source`` (a parent), as ``ProfileRecord.to_dict()``.
+
+        The platform's profiler runs the candidate at the main shapes with the
+        device to itself (never during a timing); without one, or once it has
+        failed, the record is the analytic roofline from ``runtime_ms`` (the
+        evaluator's median) and says why in its ``reason``. Raises
+        ``ProblemError`` for a problem file whose ``FLOPS`` is unusable.
+        """
+        with self.lane.exclusive():
+            record = profile_candidate(self.profiler, self.reference_path, self.shapes, source, self.platform.name,
+                                       getattr(self.platform, "index", 0), self.settings.profile_timeout_s,
+                                       runtime_ms=runtime_ms, device_name=self._device_name())
+        return record.to_dict()
 
     def close(self) -> None:
         """Stop the worker."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import threading
 import types
 from pathlib import Path
 from typing import Any
@@ -183,6 +184,12 @@ def derive_held_out(value: int, grow: bool = False) -> int:
     return max(new, 3)
 
 
+# Problems draw from torch's global generator (KernelBench's get_inputs takes
+# no generator): seeding and drawing must not interleave between threads, as
+# they would with several evaluators in one process (the slots of a Ray actor).
+_GLOBAL_RNG = threading.RLock()
+
+
 def make_inputs(problem: Problem, seed: int, device: str) -> list[Any]:
     """The problem's inputs drawn from ``seed``, created on ``device``.
 
@@ -192,9 +199,10 @@ def make_inputs(problem: Problem, seed: int, device: str) -> list[Any]:
     """
     import torch
 
-    torch.manual_seed(seed)
-    with torch.device(device):
-        inputs = problem.get_inputs()
+    with _GLOBAL_RNG:
+        torch.manual_seed(seed)
+        with torch.device(device):
+            inputs = problem.get_inputs()
     return [x.to(device) if isinstance(x, torch.Tensor) and x.device != torch.device(device) else x for x in inputs]
 
 
@@ -206,8 +214,9 @@ def build_model(cls: type, problem: Problem, seed: int, device: str):
     """
     import torch
 
-    init_inputs = problem.get_init_inputs()
-    torch.manual_seed(seed)
-    with torch.device(device):
-        model = cls(*init_inputs)
+    with _GLOBAL_RNG:
+        init_inputs = problem.get_init_inputs()
+        torch.manual_seed(seed)
+        with torch.device(device):
+            model = cls(*init_inputs)
     return model.to(device)

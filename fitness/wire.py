@@ -73,7 +73,9 @@ def decode(body: bytes, spill_dir: str | None = None) -> tuple[dict[str, Any], l
             raise ValueError("unexpected spill file")
         path = os.path.join(spill_dir, spill)
         with open(path, "rb") as f:
-            data = bytearray(f.read())
+            data = bytearray(os.fstat(f.fileno()).st_size)  # read straight into it: no second copy
+            if f.readinto(data) != len(data):
+                raise ValueError("spill file shorter than it said")
         os.unlink(path)
         offset = 0
     else:

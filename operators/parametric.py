@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import math
 import random
 from collections.abc import Mapping, Sequence
@@ -145,8 +146,13 @@ def _require_known_names(space: SearchSpace, tunables: list[Tunable]) -> None:
         raise SpaceError(f"{space.origin}: {unknown} name no tunable; the candidate's tunables are {names}")
 
 
-def _skeleton(source: str, tunables: list[Tunable]) -> tuple[list[str], str]:
+def _skeleton(source: str, tunables: list[Tunable]) -> tuple[tuple[str, ...], str]:
     """What two candidates must share to be crossed: tunable names, and the code around them."""
+    return _skeleton_cached(source, tuple(tunables))
+
+
+@functools.lru_cache(maxsize=4096)
+def _skeleton_cached(source: str, tunables: tuple[Tunable, ...]) -> tuple[tuple[str, ...], str]:
     blanked = replace_spans(source, [(t.span, "0") for t in tunables])
-    return [t.name for t in tunables], ast.dump(ast.parse(blanked))
+    return tuple(t.name for t in tunables), ast.dump(ast.parse(blanked))
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from platforms.profiling.classes import (
@@ -98,9 +98,12 @@ class OperatorSelector:
         self.prior_rate, self.prior_strength = prior_rate, prior_strength
         self.stats: dict[str, dict[str, dict[str, ArmStats]]] = {kind: {} for kind in _KINDS}
 
-    def choose(self, bottleneck: str) -> str:
-        """An operator for a parent of class ``bottleneck``."""
-        return self._draw("operator", bottleneck)
+    def choose(self, bottleneck: str, among: Collection[str] | None = None) -> str:
+        """An operator for a parent of class ``bottleneck``, from ``among`` only when given.
+
+        Raises ``ValueError`` when no operator with a positive weight is left to choose.
+        """
+        return self._draw("operator", bottleneck, among)
 
     def choose_focus(self, bottleneck: str) -> str:
         """A focus for an LLM operator working on a parent of class ``bottleneck``."""
@@ -116,11 +119,14 @@ class OperatorSelector:
             stats.tries += 1
             stats.improvements += bool(improved)
 
-    def _draw(self, kind: str, bottleneck: str) -> str:
+    def _draw(self, kind: str, bottleneck: str, among: Collection[str] | None = None) -> str:
         bias = self.bias.get(_checked_class(bottleneck), {})
         seen = self.stats[kind].get(bottleneck, {})
+        arms = {arm: w for arm, w in self.weights[kind].items() if among is None or arm in among}
+        if not any(w > 0 for w in arms.values()):
+            raise ValueError(f"no {kind} with a positive weight among {sorted(among or ())}")
         scores = []
-        for arm, weight in self.weights[kind].items():
+        for arm, weight in arms.items():
             stats = seen.get(arm, ArmStats())
             alpha = self.prior_strength * self.prior_rate + stats.improvements
             beta = self.prior_strength * (1 - self.prior_rate) + stats.tries - stats.improvements
@@ -128,7 +134,7 @@ class OperatorSelector:
             scores.append((arm, weight * bias.get(arm, 1.0) * theta))
         total = sum(score for _, score in scores)
         if total <= 0:  # every draw underflowed: fall back to the prior weights
-            scores = [(arm, weight * bias.get(arm, 1.0)) for arm, weight in self.weights[kind].items()]
+            scores = [(arm, weight * bias.get(arm, 1.0)) for arm, weight in arms.items()]
             total = sum(score for _, score in scores)
         point = self.rng.random() * total
         for arm, score in scores:

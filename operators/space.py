@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import enum
+import functools
 from collections.abc import Mapping, Sequence
 
 #: Name of the module-level dict literal through which a candidate declares its space.
@@ -135,6 +136,7 @@ class SearchSpace:
         return sorted(n for n in self.declared if n not in known)
 
 
+@functools.lru_cache(maxsize=4096)
 def read_declared_space(source: str) -> SearchSpace:
     """The space a candidate declares in a module-level ``KEVO_SPACE = {...}`` literal.
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import re
 from collections.abc import Iterator, Mapping
 
@@ -73,7 +74,15 @@ def find_tunables(source: str) -> list[Tunable]:
     >>> src = "@triton.jit\\ndef k(x, B: tl.constexpr): pass\\ndef f(x):\\n    k[(1,)](x, B=64, num_warps=4)\\n"
     >>> [(t.name, t.value) for t in find_tunables(src)]
     [('k.B', 64), ('k.num_warps', 4)]
+
+    Cached by source (the search asks about the same parents again and
+    again); each call gets its own list.
     """
+    return list(_find_tunables(source))
+
+
+@functools.lru_cache(maxsize=4096)
+def _find_tunables(source: str) -> tuple[Tunable, ...]:
     tree = ast.parse(source)
     kernels = _jit_kernels(tree)
     found = list(_autotune_tunables(kernels))
@@ -86,7 +95,7 @@ def find_tunables(source: str) -> list[Tunable]:
     for tunable in found:
         count = taken[tunable.name] = taken.get(tunable.name, 0) + 1
         unique.append(tunable if count == 1 else dataclasses.replace(tunable, name=f"{tunable.name}@{count}"))
-    return unique
+    return tuple(unique)
 
 
 def params_of(source: str) -> dict[str, int]:

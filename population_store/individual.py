@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import enum
+import functools
 import hashlib
 import math
 from typing import Any
@@ -35,6 +36,7 @@ class Individual:
     finished_at: float | None = None
 
 
+@functools.lru_cache(maxsize=8192)
 def source_hash(source: str) -> str:
     """SHA-256 of ``source`` with comments and layout normalised away.
 

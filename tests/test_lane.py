@@ -48,12 +48,19 @@ def test_a_waiting_timing_holds_back_new_checks():
     order: list[str] = []
     first = lane.shared()
     first.__enter__()  # a check is running
-    timer = threading.Thread(target=lambda: (lane.exclusive().__enter__(), order.append("timing")), daemon=True)
+    held = []  # the contexts stay referenced: a collected one would let go of the lane
+
+    def enter(context, name: str) -> None:
+        held.append(context)
+        context.__enter__()
+        order.append(name)
+
+    timer = threading.Thread(target=enter, args=(lane.exclusive(), "timing"), daemon=True)
     timer.start()
     deadline = time.monotonic() + 10
     while not lane._writers_waiting and time.monotonic() < deadline:
         time.sleep(0.001)
-    checker = threading.Thread(target=lambda: (lane.shared().__enter__(), order.append("check")), daemon=True)
+    checker = threading.Thread(target=enter, args=(lane.shared(), "check"), daemon=True)
     checker.start()
     time.sleep(0.05)
     assert order == []  # the timing waits for the running check; the new check waits for the timing

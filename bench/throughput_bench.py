@@ -1,0 +1,119 @@
+"""Evaluations per second for one fixed stream of candidates: Ray actors on one
+GPU and on several, with one or more slots each, against a fresh Python process
+per candidate (how peer tools evaluate), and how busy each GPU's timing lane is.
+
+The stream is the first ``--candidates`` points of the config's parametric
+grid (every one a real kernel variant, compiled and judged from scratch).
+Actor start-up (importing torch, building the reference) is reported apart
+from the stream's wall time.
+
+    python bench/throughput_bench.py --config configs/rmsnorm.yaml --shape batch_size=2048 \\
+        --plans 1x1 1x3 2x3 --fresh 4 --out throughput.json           # on a machine with 2 GPUs
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from evolve.config import load_config  # noqa: E402
+from evolve.ray_dispatch import RayDispatcher  # noqa: E402
+from evolve.session import evaluator_spec, search_space  # noqa: E402
+from operators import apply_params  # noqa: E402
+
+
+def stream(config, count: int) -> list[str]:
+    seed = config.problem.seeds[0].read_text()
+    space = search_space(config, [seed])
+    names = sorted(space)
+    points = [{}]
+    for name in names:
+        points = [{**p, name: v} for p in points for v in space[name]]
+    step = max(1, len(points) // count)
+    return [apply_params(seed, p) for p in points[::step][:count]]
+
+
+def with_pool(config, sources: list[str], actors: int, slots: int) -> dict:
+    t0 = time.perf_counter()
+    with RayDispatcher(evaluator_spec(config), num_actors=actors, slots=slots) as dispatcher:
+        startup = time.perf_counter() - t0
+        before = dispatcher.lane_stats()
+        started = time.perf_counter()
+        for key, source in enumerate(sources):
+            dispatcher.submit(key, source)
+        statuses = [r.status.value for _, r in dispatcher.results()]
+        wall = time.perf_counter() - started
+        after = dispatcher.lane_stats()
+    busy = [(a["timing_s"] - b["timing_s"]) / wall for a, b in zip(after, before)]
+    return {"plan": f"{actors}x{slots}", "actors": actors, "slots": slots, "startup_s": startup, "wall_s": wall,
+            "evals_per_s": len(sources) / wall, "lane_busy_share": busy,
+            "accepted": statuses.count("accepted"), "statuses": sorted(set(statuses))}
+
+
+def fresh_processes(config, sources: list[str]) -> dict:
+    """``kevo verify`` in a new Python process per candidate."""
+    shapes = [f"--shape={k}={v}" for k, v in config.problem.shapes.items()]
+    walls = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, source in enumerate(sources):
+            path = Path(tmp) / f"candidate_{i}.py"
+            path.write_text(source)
+            t0 = time.perf_counter()
+            done = subprocess.run([sys.executable, "-m", "evolve.cli", "verify", str(config.problem.reference),
+                                   str(path), "--json", "--device", config.platform.value, *shapes],
+                                  cwd=ROOT, capture_output=True, text=True, timeout=600)
+            walls.append(time.perf_counter() - t0)
+            if done.returncode not in (0, 1):
+                raise RuntimeError(f"kevo verify failed: {done.stderr[-1000:]}")
+    return {"plan": "fresh process per candidate", "wall_s": sum(walls), "evals_per_s": len(sources) / sum(walls),
+            "per_candidate_s": walls}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--config", type=Path, required=True)
+    parser.add_argument("--shape", action="append", default=[], metavar="NAME=VALUE")
+    parser.add_argument("--candidates", type=int, default=24)
+    parser.add_argument("--plans", nargs="+", default=["1x1", "1x3", "2x3"], help="ACTORSxSLOTS")
+    parser.add_argument("--fresh", type=int, default=4, help="candidates judged in a fresh process each (0: none)")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    config = load_config(args.config)
+    shapes = dict(config.problem.shapes)
+    for item in args.shape:
+        name, _, value = item.partition("=")
+        shapes[name] = int(value)
+    config = dataclasses.replace(config, problem=dataclasses.replace(config.problem, shapes=shapes))
+    sources = stream(config, args.candidates)
+    rows = []
+    for plan in args.plans:
+        actors, slots = (int(x) for x in plan.split("x"))
+        rows.append(with_pool(config, sources, actors, slots))
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    if args.fresh:
+        rows.append(fresh_processes(config, sources[:args.fresh]))
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    base = rows[0]["evals_per_s"]
+    print(f"{len(sources)} candidates of {args.config.name} at {shapes}")
+    print("| plan (actors x slots) | start-up s | stream wall s | evaluations/s | vs first plan | timing lane busy |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        busy = ", ".join(f"{100 * b:.0f}%" for b in r.get("lane_busy_share", [])) or "-"
+        start = f"{r['startup_s']:.1f}" if "startup_s" in r else "-"
+        print(f"| {r['plan']} | {start} | {r['wall_s']:.1f} | {r['evals_per_s']:.3g} | "
+              f"{r['evals_per_s'] / base:.2f}x | {busy} |")
+    if args.out:
+        args.out.write_text(json.dumps({"shapes": shapes, "candidates": len(sources), "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

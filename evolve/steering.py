@@ -1,0 +1,149 @@
+"""How parents steer variation: their profiles, and the operator selector that reads them.
+
+Before a generation is varied, every parent not profiled yet is profiled once
+(``Dispatcher.profile``, by source hash), and the record is kept in the run's
+store as soon as it is taken, so a resumed run sees the same profiles. A
+parent's bottleneck class then biases the operator and the LLM focus of its
+children (``operators.selector.OperatorSelector``); when a child's result
+lands, the selector learns whether that choice paid off: the child was
+accepted and is faster than its (first) parent. What the selector learnt, and
+the children whose outcome it still waits for, go into the loop's checkpoint.
+
+With ``operators.bias: false`` the draws follow the config's weights alone
+(and LLM focuses are drawn uniformly): the selector still counts outcomes, for
+the report, but they steer nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Iterable
+from typing import Any
+
+from evolve.config import OperatorName, OperatorsConfig
+from evolve.dispatch import Dispatcher
+from evolve.population import Candidate
+from operators import MUTATION
+from operators.selector import FOCUSES, OperatorSelector
+from platforms.profiling.classes import UNKNOWN
+from population_store import RunStore
+
+log = logging.getLogger(__name__)
+
+#: Store state key of the parents' profile records, by source hash.
+PROFILES_KEY = "profiles"
+#: Event recorded once per reason why parents get the analytic roofline instead of a hardware profile.
+FALLBACK_EVENT = "profiler_fallback"
+
+
+class ParentProfiles:
+    """Profile records of the run's parents, each source profiled once, kept in the store."""
+
+    def __init__(self, store: RunStore, dispatcher: Dispatcher, needed: bool = True) -> None:
+        self.store, self.dispatcher, self.needed = store, dispatcher, needed
+        self._records: dict[str, dict[str, Any]] = store.get_state(PROFILES_KEY) or {}
+        self._told = {e["data"].get("reason") for e in store.events(FALLBACK_EVENT)}
+
+    def take(self, parents: Iterable[Candidate]) -> None:
+        """Profile the ``parents`` that have no profile yet, and store the new records at once."""
+        if not self.needed:
+            return
+        taken = False
+        for parent in {p.source_hash: p for p in parents}.values():
+            if parent.source_hash in self._records:
+                continue
+            record = self.dispatcher.profile(parent.source, parent.runtime_ms)
+            if record is None:  # this dispatcher cannot profile, or lost the profile: try again next time
+                continue
+            self._records[parent.source_hash] = record
+            taken = True
+            self._tell(record)
+        if taken:
+            self.store.put_state(PROFILES_KEY, self._records)
+
+    def record(self, parent: Candidate) -> dict[str, Any] | None:
+        """``parent``'s profile record (``ProfileRecord.to_dict()``), or None when it has none."""
+        return self._records.get(parent.source_hash)
+
+    def bottleneck(self, parent: Candidate) -> str:
+        """``parent``'s bottleneck class; ``unknown`` without a profile."""
+        record = self.record(parent)
+        return (record or {}).get("bottleneck") or UNKNOWN
+
+    def _tell(self, record: dict[str, Any]) -> None:
+        """Say once, and record in the run, why a parent got the roofline instead of a hardware profile."""
+        reason = record.get("reason") or ""
+        if reason and reason not in self._told:
+            self._told.add(reason)
+            log.info("parents are profiled with the analytic roofline: %s", reason)
+            self.store.record_event(FALLBACK_EVENT, {"reason": reason, "tool": record.get("tool", "")})
+
+
+class Steering:
+    """Draws operators and LLM focuses for a parent's bottleneck class, and learns from outcomes.
+
+    Every draw comes from ``rng``, the loop's generator, so a checkpointed
+    random state reproduces them.
+    """
+
+    def __init__(self, operators: OperatorsConfig, rng: random.Random, selector_state: dict | None = None,
+                 outcomes: dict[str, list] | None = None) -> None:
+        self.weights = {op.value: float(operators.weights.get(op, 0.0)) for op in OperatorName}
+        self.bias = operators.bias
+        self.rng = rng
+        if selector_state:
+            self.selector = OperatorSelector.from_state(selector_state, self.weights, rng)
+        else:
+            self.selector = OperatorSelector(self.weights, rng)
+        # child id -> (class, operator, focus, parent's runtime): what is learnt when its result lands
+        self.outcomes: dict[int, tuple[str, str, str | None, float | None]] = {
+            int(key): tuple(value) for key, value in (outcomes or {}).items()}  # type: ignore[misc]
+
+    def choose(self, bottleneck: str, llm: bool) -> str:
+        """An operator for a parent of class ``bottleneck``; LLM operators only when ``llm``.
+
+        When every weighted operator needs the LLM and it cannot be used
+        (its budget is spent), the choice is parametric mutation.
+        """
+        arms = [arm for arm, w in self.weights.items() if w > 0 and (llm or not OperatorName(arm).needs_llm)]
+        if not arms:
+            return MUTATION
+        if not self.bias:
+            return self.rng.choices(arms, [self.weights[arm] for arm in arms])[0]
+        return self.selector.choose(bottleneck, among=arms)
+
+    def choose_focus(self, bottleneck: str) -> str:
+        """What an LLM operator on a parent of class ``bottleneck`` is asked to work on."""
+        if not self.bias:
+            return self.rng.choice(FOCUSES)
+        return self.selector.choose_focus(bottleneck)
+
+    def expect(self, child_id: int, bottleneck: str, operator: str, focus: str | None,
+               parent_ms: float | None) -> None:
+        """Remember how child ``child_id`` was made, to learn from its result when it lands."""
+        if operator in self.weights:  # seeds teach nothing
+            self.outcomes[child_id] = (bottleneck, operator, focus, parent_ms)
+
+    def learn(self, landed: Iterable[Candidate]) -> None:
+        """Tell the selector, for each child in ``landed``, whether it improved on its parent."""
+        for child in landed:
+            outcome = self.outcomes.pop(child.id, None)
+            if outcome is None:
+                continue
+            bottleneck, operator, focus, parent_ms = outcome
+            improved = child.accepted and parent_ms is not None and child.runtime_ms < parent_ms
+            self.selector.update(bottleneck, operator, improved, focus=focus)
+
+    def state(self) -> tuple[dict[str, Any], dict[str, list]]:
+        """(the selector's state, the outcomes still to learn), JSON-safe, for the checkpoint."""
+        return self.selector.state(), {str(k): list(v) for k, v in sorted(self.outcomes.items())}
+
+
+def selector_table(state: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """What paid off under which bottleneck class, from a checkpointed selector state (the report's table)."""
+    if not state:
+        return []
+    selector = OperatorSelector.from_state(state, {op.value: 1.0 for op in OperatorName}, random.Random(0))
+    return [{"bottleneck": row.bottleneck, "kind": row.kind, "arm": row.arm, "tries": row.tries,
+             "improvements": row.improvements, "rate": row.rate} for row in selector.table()]

@@ -1,0 +1,145 @@
+"""Sweeps (evolve.sweep, ``kevo sweep``): many problems as one resumable job, on the CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import PROBLEMS, ROOT, SMALL_SHAPES
+
+from evolve.config import ConfigError
+from evolve.sweep import SUMMARY_FILE, Outcome, load_sweep, summary_dict
+from population_store import RunStore
+
+DEFAULTS = {"search": {"population_size": 3, "max_evaluations": 6, "seed": 1}, "platform": "cpu",
+            "cluster": {"actors": 0}}
+
+
+def kevo(*args, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "evolve.cli", *map(str, args)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def problem(name: str, **extra) -> dict:
+    return {"reference": str(PROBLEMS / name / "reference.py"), "seeds": [str(PROBLEMS / name / "seed.py")],
+            "shapes": SMALL_SHAPES[name], "held_out_shapes": [], **extra}
+
+
+@pytest.fixture
+def kernelbench_folder(tmp_path) -> tuple[Path, Path]:
+    """Problems named and laid out as KernelBench's level folders are, with kernels for two of three."""
+    refs, seeds = tmp_path / "level1", tmp_path / "kernels"
+    refs.mkdir()
+    seeds.mkdir()
+    for number, name in ((2, "softmax"), (10, "elementwise"), (1, "rmsnorm")):
+        shutil.copy(PROBLEMS / name / "reference.py", refs / f"{number}_{name}.py")
+        if name != "rmsnorm":
+            shutil.copy(PROBLEMS / name / "seed.py", seeds / f"{number}_{name}.py")
+    (refs / "README.py").write_text("# not a problem: defines no Model\n")
+    return refs, seeds
+
+
+def write_sweep(path: Path, problems: list, defaults: dict = DEFAULTS) -> Path:
+    path.write_text(yaml.safe_dump({"defaults": defaults, "problems": problems}))
+    return path
+
+
+def test_a_sweep_file_expands_to_one_run_per_problem_and_variant(tmp_path, kernelbench_folder):
+    refs, seeds = kernelbench_folder
+    config = tmp_path / "softmax.yaml"
+    config.write_text(yaml.safe_dump({"problem": {"reference": str(PROBLEMS / "softmax" / "reference.py"),
+                                                  "seeds": [str(PROBLEMS / "softmax" / "seed.py")]},
+                                      "search": {"max_evaluations": 9}}))
+    sweep = write_sweep(tmp_path / "s.yaml", [
+        {"config": str(config)},
+        {"reference": str(PROBLEMS / "matvec" / "reference.py"), "seeds": [str(PROBLEMS / "matvec" / "seed.py")],
+         "variants": [{"M": 33}, {"M": 65}]},
+        {"folder": str(refs), "seeds_folder": str(seeds), "shapes": {"batch_size": 4}},
+    ])
+    entries = load_sweep(sweep)
+    names = [e.name for e in entries]
+    assert names == ["000-softmax", "001-matvec-M33", "002-matvec-M65", "003-1_rmsnorm", "004-2_softmax",
+                     "005-10_elementwise"]  # KernelBench's numbers in their natural order
+    by_name = {e.name: e.config for e in entries}
+    assert by_name["000-softmax"]["search"] == {"population_size": 3, "max_evaluations": 9, "seed": 1}
+    assert by_name["002-matvec-M65"]["problem"]["shapes"] == {"M": 65}
+    assert by_name["004-2_softmax"]["problem"]["seeds"] == [str(seeds / "2_softmax.py")]
+    assert by_name["003-1_rmsnorm"]["problem"]["seeds"] == []  # no kernel of its own, and no LLM:
+    assert "no seed kernel" in entries[3].skip and not any(e.skip for e in entries if e is not entries[3])
+
+
+@pytest.mark.parametrize("problems, words", [
+    ([{"reference": "nope.py", "seeds": []}], "file not found"),
+    ([{"config": "a.yaml", "reference": "b.py"}], "exactly one of"),
+    ([{"folder": "."}], "holds no problem file"),
+    ([{"reference": str(PROBLEMS / "softmax" / "reference.py"), "sedes": []}], "unknown key 'sedes'"),
+    ([], "list at least one problem"),
+])
+def test_a_bad_sweep_file_is_one_clear_error(tmp_path, problems, words):
+    with pytest.raises(ConfigError, match=words):
+        load_sweep(write_sweep(tmp_path / "s.yaml", problems))
+
+
+def test_a_problem_without_seed_is_skipped_without_an_llm(tmp_path):
+    sweep = write_sweep(tmp_path / "s.yaml", [{"reference": str(PROBLEMS / "softmax" / "reference.py")}])
+    (entry,) = load_sweep(sweep)
+    assert "no seed kernel" in entry.skip
+
+
+def test_summary_in_the_fields_terms():
+    outcomes = [Outcome("a", "finished", best_ms=1.0, speedup=2.5), Outcome("b", "finished", best_ms=1.0, speedup=0.8),
+                Outcome("c", "finished", best_ms=1.0, speedup=1.6), Outcome("d", "failed", "no seed accepted")]
+    s = summary_dict(outcomes)
+    assert s["fraction_correct"] == 0.75
+    assert (s["fast_1"], s["fast_1.5"], s["fast_2"]) == (0.5, 0.5, 0.25)
+    assert s["geomean_speedup_correct"] == pytest.approx((2.5 * 0.8 * 1.6) ** (1 / 3))
+
+
+@pytest.mark.slow
+def test_kevo_sweep_runs_every_problem_and_resumes_after_kill_9(tmp_path):
+    lax = tmp_path / "lax.yaml"  # a cutoff so loose that all zeros pass: that run fails, the sweep goes on
+    lax.write_text(yaml.safe_dump({"problem": problem("softmax"), "fitness": {"max_abs_diff": 1000.0}}))
+    sweep = write_sweep(tmp_path / "s.yaml", [problem("elementwise"), {"config": str(lax), "name": "lax"},
+                                              problem("matmul")])
+    run_dir = tmp_path / "sweep"
+    # kill -9 once the last run has committed a result
+    proc = subprocess.Popen([sys.executable, "-m", "evolve.cli", "sweep", str(sweep), "--run-dir", str(run_dir)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    store = run_dir / "002-matmul" / "run.sqlite"
+    deadline = time.monotonic() + 400
+    while time.monotonic() < deadline and proc.poll() is None:
+        if store.exists():
+            with RunStore.open(store, readonly=True) as s:
+                if any(i.status != "pending" for i in s.individuals()):
+                    break
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    assert not (run_dir / SUMMARY_FILE).exists()
+    done = kevo("resume", run_dir)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "1/3 correct" in done.stdout or "2/3 correct" in done.stdout, done.stdout
+    summary = json.loads((run_dir / SUMMARY_FILE).read_text())
+    runs = {r["name"]: r for r in summary["runs"]}
+    assert runs["000-elementwise"]["status"] == "finished" and runs["000-elementwise"]["best_ms"]
+    assert runs["001-lax"]["status"] == "failed" and "cutoff" in runs["001-lax"]["reason"]
+    assert runs["002-matmul"]["status"] == "finished"
+    for name in ("000-elementwise", "002-matmul"):
+        with RunStore.open(run_dir / name / "run.sqlite", readonly=True) as s:
+            rows = s.individuals()
+            assert len(rows) == 6 and all(r.status != "pending" for r in rows)
+            assert len({r.source_hash for r in rows}) == 6  # nothing evaluated twice
+    # once more: every run has ended, nothing is evaluated again
+    again = kevo("sweep", sweep, "--run-dir", run_dir, "--json")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert json.loads(again.stdout)["runs"] == summary["runs"]
