@@ -45,8 +45,11 @@ from evolve.dispatch import InProcessDispatcher  # noqa: E402
 from evolve.loop import Search, SearchError, run_search  # noqa: E402
 from evolve.session import make_dispatcher, search_space  # noqa: E402
 from fitness import CutoffError, EvalResult, ProblemError, shape_knobs  # noqa: E402
+from fitness.profiling import problem_work  # noqa: E402
 from operators import apply_params, params_of  # noqa: E402
 from platforms import PlatformUnavailable  # noqa: E402
+from platforms.profiling import Workload  # noqa: E402
+from platforms.profiling.profilers import RooflineProfiler  # noqa: E402
 from population_store import RunStore  # noqa: E402
 
 CACHE_FORMAT = "kevo-search-bench-grid/1"
@@ -187,10 +190,23 @@ def _short(params: dict[str, int]) -> str:
 
 
 class TableEvaluator:
-    """An evaluator that looks verdicts up in the grid table instead of measuring."""
+    """An evaluator that looks verdicts up in the grid table instead of measuring.
 
-    def __init__(self, points: Table) -> None:
+    Its profiles are the analytic roofline of the stored runtime on the
+    grid's device (``work``: the problem's bytes and flops), as a run gets
+    them where no hardware profiler works; without ``work`` it profiles nothing.
+    """
+
+    def __init__(self, points: Table, work: Workload | None = None) -> None:
         self.points = points
+        self.work = work
+        self._roofline = RooflineProfiler("cuda", "replayed from the grid table: analytic roofline")
+
+    def profile(self, source: str, runtime_ms: float | None = None) -> dict[str, Any] | None:
+        if self.work is None:
+            return None
+        workload = dataclasses.replace(self.work, runtime_ms=runtime_ms)
+        return self._roofline.profile([], {}, None, 1.0, workload).to_dict()
 
     def evaluate(self, source: str) -> EvalResult:
         key = point_key(params_of(source))
@@ -201,7 +217,8 @@ class TableEvaluator:
 
 
 def kevo_runtimes(config: Config, seed: str, space: Space, points: Table, search_seed: int, budget: int,
-                  keep_stops: bool) -> tuple[list[float | None], str]:
+                  keep_stops: bool, work: Workload | None = None,
+                  bias: bool | None = None) -> tuple[list[float | None], str]:
     """Runtimes (None: not accepted) in the order kevo's loop evaluates them, and why it stopped.
 
     With ``keep_stops`` false only the budget ends the run (patience and the
@@ -212,13 +229,24 @@ def kevo_runtimes(config: Config, seed: str, space: Space, points: Table, search
     search = dataclasses.replace(config.search, seed=search_seed, max_evaluations=budget,
                                  max_wall_time_s=None, **stops)
     config = dataclasses.replace(config, search=search)
+    if bias is not None:
+        config = dataclasses.replace(config, operators=dataclasses.replace(config.operators, bias=bias))
     runtimes: list[float | None] = []
     with tempfile.TemporaryDirectory() as scratch:
         with RunStore.create(Path(scratch) / "run.sqlite", config.to_dict()) as store:
-            with InProcessDispatcher(TableEvaluator(points)) as dispatcher:
+            with InProcessDispatcher(TableEvaluator(points, work)) as dispatcher:
                 reason = run_search(Search(store, dispatcher, config, [seed], space,
                                            lambda candidate: runtimes.append(candidate.runtime_ms)))
     return runtimes, reason
+
+
+def _work(config: Config, table: dict[str, Any]) -> Workload | None:
+    """The problem's bytes and flops at the grid's shapes, on the grid's device (for the roofline)."""
+    if not table["sessions"]:
+        return None
+    work = problem_work(config.problem.reference, config.problem.shapes)
+    return Workload(bytes_moved=work.bytes_moved, flops=work.flops, dtype=work.dtype,
+                    device_name=table["sessions"][0]["device_name"])
 
 
 def runtimes_of(points: Table, keys: list[str]) -> list[float | None]:
@@ -272,7 +300,8 @@ def bench_problem(config_path: Path, args: argparse.Namespace, cache: GridCache,
                eager_ms=best["reference_ms"], best_speedup=best["speedup"],
                seed_ms=runtimes_of(points, [point_key(seed_point)])[0], target_ms=target,
                points_within=sum(ms <= target for ms, _ in accepted), budget=budget, search_seeds=seeds,
-               strategies=_replay(config, seed, space, points, keys, target, budget, seeds))
+               strategies=_replay(config, seed, space, points, keys, target, budget, seeds,
+                                  _work(config, table)))
     return row
 
 
@@ -304,14 +333,23 @@ def _setup(config_path: Path, args: argparse.Namespace) -> tuple[Config, str, Sp
 
 
 def _replay(config: Config, seed: str, space: Space, points: Table, keys: list[str], target: float,
-            budget: int, seeds: list[int]) -> dict[str, Any]:
-    """Evaluations to ``target`` per strategy and search seed (None: not reached)."""
-    kevo, configured = [], []
+            budget: int, seeds: list[int], work: Workload | None = None) -> dict[str, Any]:
+    """Evaluations to ``target`` per strategy and search seed (None: not reached).
+
+    ``kevo`` biases its operator choice by the parents' roofline class (as
+    configured); ``kevo_uniform`` is the same search with ``operators.bias``
+    off, drawing operators from the config's weights alone.
+    """
+    kevo, uniform, configured = [], [], []
     for s in seeds:
         try:
-            runtimes, _ = kevo_runtimes(config, seed, space, points, s, budget, keep_stops=False)
+            runtimes, _ = kevo_runtimes(config, seed, space, points, s, budget, keep_stops=False, work=work,
+                                        bias=True)
             kevo.append(evaluations_to(runtimes, target))
-            runtimes, reason = kevo_runtimes(config, seed, space, points, s, budget, keep_stops=True)
+            runtimes, _ = kevo_runtimes(config, seed, space, points, s, budget, keep_stops=False, work=work,
+                                        bias=False)
+            uniform.append(evaluations_to(runtimes, target))
+            runtimes, reason = kevo_runtimes(config, seed, space, points, s, budget, keep_stops=True, work=work)
             configured.append({"reached_at": evaluations_to(runtimes, target), "spent": len(runtimes),
                                "stop_reason": reason})
         except SearchError as exc:
@@ -321,7 +359,8 @@ def _replay(config: Config, seed: str, space: Space, points: Table, keys: list[s
     grid_count = evaluations_to(runtimes_of(points, keys), target)  # the grid is exhaustive: no budget
     strategies: dict[str, Any] = {
         name: {"per_seed": counts, "median": median_of(counts), "reached": sum(c is not None for c in counts)}
-        for name, counts in (("kevo", kevo), ("random", random_counts), ("grid", [grid_count] * len(seeds)))}
+        for name, counts in (("kevo", kevo), ("kevo_uniform", uniform), ("random", random_counts),
+                             ("grid", [grid_count] * len(seeds)))}
     strategies["kevo_as_configured"] = configured
     return strategies
 
@@ -332,8 +371,9 @@ def _replay(config: Config, seed: str, space: Space, points: Table, keys: list[s
 def markdown(rows: list[dict[str, Any]], within: float, seeds: int) -> str:
     pct = f"{100 * within:g}%"
     lines = [f"| problem | grid size (accepted) | grid best ms | eager ms | best vs eager | points within {pct} "
-             f"| budget | median evaluations to {pct}: kevo | random | grid order | kevo / grid size |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             f"| budget | median evaluations to {pct}: kevo | kevo, uniform operators | random | grid order "
+             f"| kevo / grid size |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r or "error" in r.get("strategies", {}):
             lines.append(f"| {r['problem']} | {r['grid_size']} ({r['accepted']}) | "
@@ -343,7 +383,8 @@ def markdown(rows: list[dict[str, Any]], within: float, seeds: int) -> str:
         share = "n/a" if st["kevo"]["median"] is None else f"{100 * st['kevo']['median'] / r['grid_size']:.1f}%"
         lines.append(f"| {r['problem']} | {r['grid_size']} ({r['accepted']}) | {r['grid_best_ms']:.4g} | "
                      f"{r['eager_ms']:.4g} | {r['best_speedup']:.2f}x | {r['points_within']} | {r['budget']} | "
-                     f"{_count(st['kevo'])} | {_count(st['random'])} | {_count(st['grid'])} | {share} |")
+                     f"{_count(st['kevo'])} | {_count(st['kevo_uniform'])} | {_count(st['random'])} | "
+                     f"{_count(st['grid'])} | {share} |")
     lines += ["", f"Medians over {seeds} search seeds; (n/m): seeds that "
               f"reached {pct} within the budget. Grid order is deterministic and has no budget.",
               "kevo's search has only the budget as its stop condition here; with the config's own stop "
