@@ -143,3 +143,11 @@ def test_kevo_sweep_runs_every_problem_and_resumes_after_kill_9(tmp_path):
     again = kevo("sweep", sweep, "--run-dir", run_dir, "--json")
     assert again.returncode == 0, again.stderr[-2000:]
     assert json.loads(again.stdout)["runs"] == summary["runs"]
+
+
+def test_the_shipped_suite_sweep_loads():
+    entries = load_sweep(ROOT / "configs" / "sweep_suite.yaml")
+    assert [e.name.split("-", 1)[1] for e in entries] == ["elementwise", "softmax", "rmsnorm", "sum_middle",
+                                                         "matvec", "matmul"]
+    assert not any(e.skip for e in entries)
+    assert all(e.config["platform"] == "cuda" for e in entries)
