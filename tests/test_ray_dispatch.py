@@ -8,6 +8,7 @@ actor is killed are the hanging attack kernel: it holds its actor for
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -28,7 +29,8 @@ from fitness import CutoffError, EvalSettings, Status
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'ray>=2.50')")
 
-from evolve.ray_dispatch import EvaluatorSpec, RayDispatcher, start_ray  # noqa: E402
+from evolve.ray_dispatch import EvaluatorSpec, RayDispatcher, _actor_plan, start_ray  # noqa: E402
+from platforms import PlatformUnavailable  # noqa: E402
 
 ATTACKS = Path(__file__).parent / "attacks"
 SEED = (PROBLEMS / "elementwise" / "seed.py").read_text()
@@ -210,3 +212,63 @@ def test_which_dispatcher_the_config_chooses(platform, cluster, expected):
     config = config_from_dict({"problem": {"reference": "r.py", "seeds": ["s.py"]}, "platform": platform,
                                "cluster": cluster}, origin="test.yaml", base_dir=ROOT)
     assert uses_ray(config) is expected
+
+
+# -- one actor per GPU, on fake GPUs ----------------------------------------------------
+
+FAKE_GPUS = textwrap.dedent("""
+    import json, os
+    from evolve.ray_dispatch import EvaluatorSpec, RayDispatcher, start_ray
+    from fitness import EvalResult, Status
+
+    class SeesItsDevice:
+        '''EvaluatorActor's methods; says which devices Ray made visible to it.'''
+        def __init__(self, home=None):
+            pass
+        def prepare(self, spec):
+            return {"pid": os.getpid(), "platform": spec.platform, "device_name": "fake", "cutoff": 1.0}
+        def evaluate(self, spec, source):
+            seen = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+            return os.getpid(), EvalResult(Status.ACCEPTED, seen, max_abs_diff=0.0, runtime_ms=1.0,
+                                           runtime_spread=0.0, reference_ms=1.0, platform="cuda", device_name="fake")
+        def lane_stats(self):
+            return {}
+        def close(self):
+            pass
+
+    start_ray(num_cpus=2, num_gpus=2)  # Ray's GPU resources, without GPUs
+    with RayDispatcher(EvaluatorSpec("r.py", platform="cuda"), actor_class=SeesItsDevice,
+                       actor_options={"num_cpus": 0}) as d:
+        for key in range(6):
+            d.submit(key, "source")
+        seen = {d.served_by[k]: r.reason for k, r in d.results()}
+        print(json.dumps({"actors": len(d.actors()), "capacity": d.capacity, "seen": sorted(seen.values())}))
+""")
+
+
+def test_one_actor_per_gpu_each_seeing_only_its_own(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    done = subprocess.run([sys.executable, "-c", FAKE_GPUS], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=WAIT_S)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["actors"] == 2 and report["capacity"] == 6  # one actor per GPU, three slots each on a GPU
+    assert report["seen"] == ["0", "1"]  # Ray gave each actor one GPU, a different one
+
+
+@pytest.mark.parametrize("platform, gpus, asked, expected", [
+    ("cuda", 4, None, ({"num_gpus": 1}, 4)),
+    ("rocm", 2, 1, ({"num_gpus": 1}, 1)),
+    ("auto", 0, None, ({"num_cpus": 1}, 2)),
+    ("cpu", 8, 3, ({"num_cpus": 1}, 3)),
+])
+def test_actor_plans(platform, gpus, asked, expected):
+    assert _actor_plan(platform, gpus, asked) == expected
+
+
+def test_more_actors_than_gpus_is_an_error():
+    with pytest.raises(PlatformUnavailable, match="only 2 GPU"):
+        _actor_plan("cuda", 2, 3)
+    with pytest.raises(PlatformUnavailable, match="has none"):
+        _actor_plan("cuda", 0, None)
