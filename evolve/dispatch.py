@@ -44,6 +44,14 @@ class Dispatcher(abc.ABC):
     def in_flight(self) -> int:
         """How many submitted candidates have not been returned yet."""
 
+    def ready(self) -> int:
+        """How many results ``next_result`` would return now without waiting.
+
+        A pool looks for what has finished meanwhile (and hands freed
+        evaluators the queued work); one that evaluates on demand has none.
+        """
+        return 0
+
     @property
     def capacity(self) -> int:
         """How many candidates it evaluates at once (evaluators times their slots)."""
@@ -56,6 +64,18 @@ class Dispatcher(abc.ABC):
         when this dispatcher cannot profile (the default) or the profile was lost.
         """
         return None
+
+    def profile_later(self, source: str, runtime_ms: float | None) -> Any:
+        """Start profiling ``source``; ``profile_result`` of the handle tells when it is done.
+
+        The default profiles at once; a pool profiles on an evaluator in the
+        background, so the loop never waits for a profiler.
+        """
+        return _Done(self.profile(source, runtime_ms))
+
+    def profile_result(self, handle: Any) -> tuple[bool, dict[str, Any] | None]:
+        """(done, record) for a handle of ``profile_later``; the record is None when it was lost."""
+        return True, handle.record
 
     def results(self) -> Iterator[tuple[int, EvalResult]]:
         """``next_result()`` until nothing is in flight."""
@@ -107,3 +127,10 @@ class InProcessDispatcher(Dispatcher):
 
     def close(self) -> None:
         self._queue.clear()
+
+
+class _Done:
+    """A profile that was taken at once."""
+
+    def __init__(self, record: dict[str, Any] | None) -> None:
+        self.record = record

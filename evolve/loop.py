@@ -184,9 +184,12 @@ class _Flight:
         self.submit([Candidate.from_individual(self.search.store.get(i)) for i in ids])
 
     def take(self, until: int) -> None:
-        """Commit results as they land until at most ``until`` candidates are in flight."""
+        """Commit results as they land until at most ``until`` candidates are still being
+        evaluated (and every result already in is taken)."""
         search = self.search
-        while self.outstanding and search.dispatcher.in_flight > until:
+        while self.outstanding:
+            if not search.dispatcher.ready() and search.dispatcher.in_flight <= until:
+                break
             key, result = search.dispatcher.next_result()
             record = result.to_dict()
             search.store.set_result(key, record, record["status"], record["runtime_ms"])

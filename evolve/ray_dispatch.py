@@ -349,6 +349,24 @@ class RayDispatcher(Dispatcher):
         except ray.exceptions.RayTaskError as exc:  # ProblemError (a bad FLOPS), or a bug of kevo
             raise exc.as_instanceof_cause() from None
 
+    def profile_later(self, source: str, runtime_ms: float | None) -> Any:
+        method = getattr(self._actors[0], "profile", None)  # a stand-in actor may not profile
+        return None if method is None else method.remote(self._spec, source, runtime_ms)
+
+    def profile_result(self, handle: Any) -> tuple[bool, dict[str, Any] | None]:
+        ray = self._ray
+        if handle is None:
+            return True, None
+        if not ray.wait([handle], timeout=0)[0]:
+            return False, None
+        try:
+            return True, ray.get(handle)
+        except ray.exceptions.RayActorError as exc:
+            log.warning("the Ray actor profiling a parent died (%s); it goes without a profile", type(exc).__name__)
+            return True, None
+        except ray.exceptions.RayTaskError as exc:  # ProblemError (a bad FLOPS), or a bug of kevo
+            raise exc.as_instanceof_cause() from None
+
     # -- Dispatcher ------------------------------------------------------------
 
     def submit(self, key: int, source: str) -> None:
@@ -359,14 +377,26 @@ class RayDispatcher(Dispatcher):
         while not self._verdicts:
             if not self._running:
                 raise LookupError("no candidate is in flight")
-            (ref,), _ = self._ray.wait(list(self._running), num_returns=1)
-            self._collect(ref)
+            pending = list(self._running)
+            ready, rest = self._ray.wait(pending, num_returns=1)
+            if rest:  # take every result that is in already, in one round trip
+                more, _ = self._ray.wait(rest, num_returns=len(rest), timeout=0)
+                ready += more
+            self._collect_all(ready)
             self._hand_out()
         return self._verdicts.popleft()
 
     @property
     def in_flight(self) -> int:
         return len(self._queue) + len(self._running) + len(self._verdicts)
+
+    def ready(self) -> int:
+        if self._running:
+            done, _ = self._ray.wait(list(self._running), num_returns=len(self._running), timeout=0)
+            if done:
+                self._collect_all(done)
+                self._hand_out()
+        return len(self._verdicts)
 
     def close(self) -> None:
         """Stop every actor (and so its evaluator's worker); queued work is dropped."""
@@ -412,6 +442,18 @@ class RayDispatcher(Dispatcher):
             job.actor = actor
             self._running[actor.evaluate.remote(job.spec, job.source)] = job
 
+    def _collect_all(self, refs: list[Any]) -> None:
+        """``_collect`` each of ``refs`` (all ready), fetching their values together."""
+        ray = self._ray
+        try:
+            values = ray.get(refs)
+        except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError):
+            for ref in refs:  # one of them failed: take them one by one
+                self._collect(ref)
+            return
+        for ref, value in zip(refs, values):
+            self._take(self._running.pop(ref), value)
+
     def _collect(self, ref: Any) -> None:
         ray = self._ray
         job = self._running.pop(ref)
@@ -422,6 +464,10 @@ class RayDispatcher(Dispatcher):
             return
         except ray.exceptions.RayTaskError as exc:  # a bug of kevo in the actor: raise it here
             raise exc.as_instanceof_cause() from None
+        self._take(job, (pid, result))
+
+    def _take(self, job: _Job, value: tuple[int, EvalResult]) -> None:
+        pid, result = value
         self.pids[job.actor] = pid
         self.served_by[job.key] = pid
         self._idle.extend([job.actor] * job.held)

@@ -1,8 +1,10 @@
 """How parents steer variation: their profiles, and the operator selector that reads them.
 
-Before a generation is varied, every parent not profiled yet is profiled once
-(``Dispatcher.profile``, by source hash), and the record is kept in the run's
-store as soon as it is taken, so a resumed run sees the same profiles. A
+Before a generation is varied, every parent not profiled yet is sent to be
+profiled once (``Dispatcher.profile_later``, by source hash; a pool of GPUs
+profiles in the background, so the loop never waits), and each record is kept
+in the run's store as soon as it is in, so a resumed run sees the same
+profiles. A
 parent's bottleneck class then biases the operator and the LLM focus of its
 children (``operators.selector.OperatorSelector``); when a child's result
 lands, the selector learns whether that choice paid off: the child was
@@ -44,19 +46,29 @@ class ParentProfiles:
         self.store, self.dispatcher, self.needed = store, dispatcher, needed
         self._records: dict[str, dict[str, Any]] = store.get_state(PROFILES_KEY) or {}
         self._told = {e["data"].get("reason") for e in store.events(FALLBACK_EVENT)}
+        self._pending: dict[str, Any] = {}  # source hash -> handle of a profile under way
 
     def take(self, parents: Iterable[Candidate]) -> None:
-        """Profile the ``parents`` that have no profile yet, and store the new records at once."""
+        """Have the ``parents`` without a profile profiled, and store the records that are in.
+
+        A pool profiles in the background: a parent whose profile is not in
+        yet counts as ``unknown`` for this generation, and the loop does not
+        wait for it.
+        """
         if not self.needed:
             return
-        taken = False
         for parent in {p.source_hash: p for p in parents}.values():
-            if parent.source_hash in self._records:
+            if parent.source_hash not in self._records and parent.source_hash not in self._pending:
+                self._pending[parent.source_hash] = self.dispatcher.profile_later(parent.source, parent.runtime_ms)
+        taken = False
+        for source_hash, handle in list(self._pending.items()):
+            done, record = self.dispatcher.profile_result(handle)
+            if not done:
                 continue
-            record = self.dispatcher.profile(parent.source, parent.runtime_ms)
+            del self._pending[source_hash]
             if record is None:  # this dispatcher cannot profile, or lost the profile: try again next time
                 continue
-            self._records[parent.source_hash] = record
+            self._records[source_hash] = record
             taken = True
             self._tell(record)
         if taken:
