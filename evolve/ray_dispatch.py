@@ -1,18 +1,19 @@
 """Evaluation on Ray: one actor per GPU, each holding a warm ``fitness.Evaluator``.
 
-``RayDispatcher`` implements ``Dispatcher``. Every actor builds its own
-``Evaluator`` (reference outputs on its device, one sandboxed worker kept warm)
-from an ``EvaluatorSpec`` of plain, picklable values. ``submit`` hands a
-candidate to an idle actor or queues it; ``next_result`` waits for whichever
-actor finishes first. Ray gives each GPU actor its device through the
+``RayDispatcher`` implements ``Dispatcher``. Every actor (``evolve.actor``)
+builds its own ``Evaluator``s (reference outputs on its device, sandboxed
+workers kept warm, one per slot) from an ``EvaluatorSpec`` of plain,
+picklable values. ``submit`` hands a candidate to a free slot or queues it;
+``next_result`` waits for whichever slot finishes first. Ray gives each GPU actor its device through the
 platform's visibility variable (``CUDA_VISIBLE_DEVICES``, ...), so inside the
 actor the platform's device 0 is the actor's GPU. Without a GPU, CPU actors run
 the ``cpu`` platform.
 
 A candidate that crashes or hangs is already a result inside the evaluator.
-An actor that dies (its process killed, its node lost) sends the candidate it
-held back to the queue once and is replaced; a candidate that has taken down
-``MAX_ACTOR_DEATHS`` actors is recorded as ``crashed``.
+An actor that dies (its process killed, its node lost) sends the candidates it
+held back to the queue and is replaced; each is evaluated again with an actor
+to itself, and one that takes that actor down too (``MAX_ACTOR_DEATHS`` in
+all) is recorded as ``crashed``.
 
 >>> spec = EvaluatorSpec("problems/elementwise/reference.py", platform="cpu",
 ...                      shapes={"batch_size": 4, "dim": 100})  # doctest: +SKIP
@@ -29,17 +30,18 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import json
 import logging
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
+from evolve.actor import EvaluatorActor, EvaluatorSpec
 from evolve.dispatch import Dispatcher
-from fitness import CutoffError, EvalResult, EvalSettings, Evaluator, ProblemError, Status
-from fitness.lane import TimingLane
+from fitness import CutoffError, EvalResult, ProblemError, Status
 from platforms import PlatformUnavailable
+
+__all__ = ["EvaluatorActor", "EvaluatorSpec", "RayDispatcher", "RayUnavailable", "start_ray"]
 
 log = logging.getLogger(__name__)
 
@@ -73,27 +75,6 @@ _BOOTSTRAP_TEXT = "# written by kevo: tells Ray's head it runs on a local cluste
 
 class RayUnavailable(RuntimeError):
     """Ray is not installed, or the cluster cannot run the evaluators asked for."""
-
-
-@dataclasses.dataclass(frozen=True, eq=True)
-class EvaluatorSpec:
-    """Everything an actor needs to build its ``Evaluator``: plain values only."""
-
-    reference: str
-    platform: str = "auto"
-    shapes: dict[str, int] = dataclasses.field(default_factory=dict)
-    max_abs_diff: float | None = None
-    held_out: list[dict[str, int]] | None = None
-    settings: EvalSettings = dataclasses.field(default_factory=EvalSettings)
-
-    def build(self, lane: TimingLane | None = None) -> Evaluator:
-        """The evaluator (raises ``ProblemError``, ``CutoffError``, ``PlatformUnavailable``)."""
-        return Evaluator(self.reference, platform=self.platform, shapes=self.shapes,
-                         max_abs_diff=self.max_abs_diff, held_out=self.held_out, settings=self.settings,
-                         lane=lane)
-
-    def __hash__(self) -> int:
-        return hash(json.dumps(dataclasses.asdict(self), sort_keys=True, default=str))
 
 
 def _import_ray() -> Any:
@@ -143,115 +124,6 @@ def _bootstrap_home() -> str:
     if not marker.is_file():
         marker.write_text(_BOOTSTRAP_TEXT, encoding="utf-8")
     return str(home)
-
-
-class EvaluatorActor:
-    """What runs in each actor: warm ``Evaluator``s sharing the actor's device.
-
-    The actor is threaded: up to ``slots`` candidates are evaluated at once,
-    each by its own evaluator (its own sandboxed worker), so compiling and
-    checking overlap while timing takes the device's one timing lane
-    (``fitness.lane``) and runs alone. Evaluators are kept per problem
-    (``EvaluatorSpec``), so one pool of actors serves a sweep; only the most
-    recent problems keep theirs.
-
-    A problem the evaluator refuses (``ProblemError``, ...) is raised by
-    ``prepare`` and ``evaluate``, so the driver sees the original error.
-    """
-
-    KEEP_PROBLEMS = 2
-
-    def __init__(self, home: str | None = None) -> None:
-        import threading
-
-        if home is not None:
-            os.environ["HOME"] = home  # undo the bootstrap HOME the local head was started with
-        self.lane = TimingLane()
-        self._lock = threading.Lock()
-        self._free: dict[EvaluatorSpec, list[Evaluator]] = {}
-        self._all: dict[EvaluatorSpec, list[Evaluator]] = {}
-        self._errors: dict[EvaluatorSpec, Exception] = {}
-
-    def prepare(self, spec: EvaluatorSpec) -> dict[str, Any]:
-        """Build one evaluator for ``spec``; where this actor evaluates (pid, platform, device, cutoff)."""
-        evaluator = self._take(spec)
-        try:
-            return {"pid": os.getpid(), "platform": evaluator.platform.name,
-                    "device_name": evaluator.platform.device_name(), "cutoff": evaluator.cutoff}
-        finally:
-            self._give_back(spec, evaluator)
-
-    def evaluate(self, spec: EvaluatorSpec, source: str) -> tuple[int, EvalResult]:
-        """(this actor's pid, the verdict on ``source``)."""
-        evaluator = self._take(spec)
-        try:
-            return os.getpid(), evaluator.evaluate(source)
-        finally:
-            self._give_back(spec, evaluator)
-
-    def profile(self, spec: EvaluatorSpec, source: str, runtime_ms: float | None) -> dict[str, Any]:
-        """The profile record of ``source`` on this actor's device (``Evaluator.profile``).
-
-        Always the spec's first evaluator profiles, so a profiler that failed
-        once stays off for the actor.
-        """
-        with self._lock:
-            built = self._all.get(spec)
-            evaluator = built[0] if built else None
-        if evaluator is not None:
-            return evaluator.profile(source, runtime_ms)
-        evaluator = self._take(spec)
-        try:
-            return evaluator.profile(source, runtime_ms)
-        finally:
-            self._give_back(spec, evaluator)
-
-    def lane_stats(self) -> dict[str, float]:
-        """How busy this device's timing lane has been since the actor started."""
-        return self.lane.stats()
-
-    def close(self) -> None:
-        with self._lock:
-            evaluators = [e for group in self._all.values() for e in group]
-            self._all.clear()
-            self._free.clear()
-        for evaluator in evaluators:
-            evaluator.close()
-
-    def _take(self, spec: EvaluatorSpec) -> Evaluator:
-        with self._lock:
-            if spec in self._errors:
-                raise self._errors[spec]
-            free = self._free.setdefault(spec, [])
-            if free:
-                return free.pop()
-            self._all.setdefault(spec, [])
-            self._forget_old(spec)
-        try:
-            evaluator = spec.build(self.lane)
-        except (ProblemError, CutoffError, PlatformUnavailable) as exc:
-            with self._lock:
-                self._errors[spec] = exc
-            raise
-        with self._lock:
-            self._all.setdefault(spec, []).append(evaluator)
-        return evaluator
-
-    def _give_back(self, spec: EvaluatorSpec, evaluator: Evaluator) -> None:
-        with self._lock:
-            if evaluator in self._all.get(spec, []):
-                self._free.setdefault(spec, []).append(evaluator)
-                return
-        evaluator.close()  # its problem was forgotten while it worked
-
-    def _forget_old(self, current: EvaluatorSpec) -> None:
-        """Close idle evaluators of all but the most recent problems (called with the lock held)."""
-        for spec in list(self._all)[:-self.KEEP_PROBLEMS]:
-            if spec == current:
-                continue
-            for evaluator in self._free.pop(spec, []):
-                evaluator.close()
-            self._all.pop(spec)
 
 
 @dataclasses.dataclass
