@@ -14,25 +14,21 @@ every step that none was replaced.
 
 from __future__ import annotations
 
-import _thread
-import builtins
 import gc
 import hashlib
 import importlib.util
-import json
 import os
 import random
 import shutil
 import sys
 import tempfile
-import threading
-import time
 import traceback
 from typing import Any
 
 from fitness import wire
 from fitness.problem import Problem, build_model, load_problem, make_inputs
 from fitness.guard import Guard
+from fitness.instrument import Watch, instrument_launches, instrument_threads, watched_objects
 from fitness.trace import INIT_OPS
 from platforms import TimingSettings, get_platform
 
@@ -43,50 +39,6 @@ class Refusal(Exception):
     def __init__(self, status: str, reason: str, fatal: bool = False) -> None:
         super().__init__(reason)
         self.status, self.reason, self.fatal = status, reason, fatal
-
-
-def _watched(torch, triton_jit, interpreter) -> dict[str, tuple[Any, str]]:
-    """Objects whose attributes the worker relies on, by readable name."""
-    watched = {
-        "time.perf_counter": (time, "perf_counter"),
-        "time.perf_counter_ns": (time, "perf_counter_ns"),
-        "time.monotonic": (time, "monotonic"),
-        "os.write": (os, "write"),
-        "os.read": (os, "read"),
-        "json.dumps": (json, "dumps"),
-        "builtins.isinstance": (builtins, "isinstance"),
-        "builtins.type": (builtins, "type"),
-        "torch.manual_seed": (torch, "manual_seed"),
-        "torch.equal": (torch, "equal"),
-        "torch.device": (torch, "device"),
-        "torch.Tensor": (torch, "Tensor"),
-        "torch.uint8": (torch, "uint8"),
-        "triton JITFunction.run": (triton_jit.JITFunction, "run"),
-        "triton InterpretedFunction.run": (interpreter.InterpretedFunction, "run"),
-        "triton KernelInterface.__getitem__": (triton_jit.KernelInterface, "__getitem__"),
-        "torch.utils._python_dispatch.TorchDispatchMode.__enter__": (
-            sys.modules["torch.utils._python_dispatch"].TorchDispatchMode, "__enter__"),
-        "torch.utils._python_dispatch.TorchDispatchMode.__exit__": (
-            sys.modules["torch.utils._python_dispatch"].TorchDispatchMode, "__exit__"),
-    }
-    for method in ("clone", "cpu", "contiguous", "view", "reshape", "numpy", "detach",
-                   "to", "numel", "__getitem__", "data_ptr", "untyped_storage"):
-        watched[f"torch.Tensor.{method}"] = (torch.Tensor, method)
-    # watched on every platform: a CPU run must not teach a kernel to patch them
-    watched["torch.cuda.synchronize"] = (torch.cuda, "synchronize")
-    watched["torch.cuda.Event"] = (torch.cuda, "Event")
-    for method in ("record", "elapsed_time", "synchronize"):
-        watched[f"torch.cuda.Event.{method}"] = (torch.cuda.Event, method)
-    # the device trace that times runs (platforms.timeline)
-    import torch.profiler
-
-    from platforms.timeline import DeviceTimeline
-
-    watched["torch.profiler.profile"] = (torch.profiler, "profile")
-    watched["torch.profiler.record_function"] = (torch.profiler, "record_function")
-    for method in ("__enter__", "__exit__", "run", "spans"):
-        watched[f"DeviceTimeline.{method}"] = (DeviceTimeline, method)
-    return watched
 
 
 class Harness:
@@ -106,21 +58,10 @@ class Harness:
         self.trace_cls = ComputeTrace
         self.launches = 0
         self.trace: Any = None
-        self._instrument_launches(triton_jit.JITFunction, interpreter.InterpretedFunction)
+        instrument_launches(self, triton_jit.JITFunction, interpreter.InterpretedFunction)
         self.threads_started = 0
-        self._instrument_threads()
-        self.watched = _watched(torch, triton_jit, interpreter)
-        self.watched["threading.Thread.start"] = (threading.Thread, "start")
-        self.watched["_thread.start_new_thread"] = (_thread, "start_new_thread")
-        self.originals = {name: getattr(owner, attr) for name, (owner, attr) in self.watched.items()}
-        self.codes = {name: getattr(obj, "__code__", None) for name, obj in self.originals.items()}
-        # The platform's own methods are watched too: the timer lives there.
-        for attr in ("time_runs", "synchronize", "flush_cache", "_start_stop", "poison_memory",
-                     "_timer_overhead", "_timeline"):
-            name = f"platform.{attr}"
-            self.watched[name] = (type(self.platform), attr)
-            self.originals[name] = getattr(type(self.platform), attr)
-            self.codes[name] = getattr(self.originals[name], "__code__", None)
+        instrument_threads(self)
+        self.watch = Watch(watched_objects(torch, triton_jit, interpreter, self.platform))
         self.source_hash = ""
         self.module: Any = None
         self.model: Any = None
@@ -128,63 +69,17 @@ class Harness:
         self.tmpdir = tempfile.mkdtemp(prefix="kevo-worker-")
         self.guard = Guard()
 
-    def _instrument_launches(self, *kernel_classes) -> None:
-        """Count Triton launches and let the launcher's own tensor ops through the trace."""
-        harness = self
-        for cls in kernel_classes:
-            original = cls.run
-
-            def run(self_, *args, _original=original, **kwargs):
-                harness.launches += 1
-                trace = harness.trace
-                if trace is not None:
-                    trace.launch_depth += 1
-                # Inside a launch only Triton runs (its interpreter on the CPU
-                # executes the kernel as Python): the call profile would cost
-                # more than the kernel and sees nothing of the candidate's.
-                profile = sys.getprofile()
-                sys.setprofile(None)
-                try:
-                    return _original(self_, *args, **kwargs)
-                finally:
-                    sys.setprofile(profile)
-                    if trace is not None:
-                        trace.launch_depth -= 1
-
-            cls.run = run
-
     def _check_guard(self) -> None:
         if self.guard.violations:
             what = "; ".join(dict.fromkeys(self.guard.violations))
             raise Refusal("forbidden", f"the candidate tried to {what}", fatal=True)
 
-    def _instrument_threads(self) -> None:
-        """Count threads started: a thread escapes the (thread-local) dispatch trace."""
-        harness = self
-        original_start = threading.Thread.start
-        original_new = _thread.start_new_thread
-
-        def start(self_, *args, **kwargs):
-            harness.threads_started += 1
-            return original_start(self_, *args, **kwargs)
-
-        def start_new_thread(*args, **kwargs):
-            harness.threads_started += 1
-            return original_new(*args, **kwargs)
-
-        threading.Thread.start = start
-        _thread.start_new_thread = start_new_thread
-
     # -- checks ---------------------------------------------------------------
 
     def check_tamper(self) -> None:
-        for name, (owner, attr) in self.watched.items():
-            current = owner.__dict__.get(attr, getattr(owner, attr, None))
-            if current is not self.originals[name]:
-                raise Refusal("forbidden", f"the candidate replaced {name}", fatal=True)
-            # a function keeps its identity when its code is swapped
-            if getattr(current, "__code__", None) is not self.codes[name]:
-                raise Refusal("forbidden", f"the candidate rewrote the code of {name}", fatal=True)
+        problem = self.watch.tampered()
+        if problem:
+            raise Refusal("forbidden", f"the candidate {problem}", fatal=True)
 
     # -- steps -----------------------------------------------------------------
 

@@ -1,0 +1,134 @@
+"""The worker's instruments: launch and thread counters, and the watch on what it relies on.
+
+Installed in the sandboxed worker before any candidate code runs.
+``instrument_launches`` wraps Triton's launch entry points to count launches
+(a forward must launch a kernel) and to let the launcher's own tensor ops
+through the dispatch trace; ``instrument_threads`` counts threads started (a
+thread escapes the thread-local trace). ``Watch`` keeps a reference to every
+object the worker trusts (timers, events, synchronisation, the tensor methods
+that ship outputs, the device trace, these instruments) and their code, and
+says after each step whether any was replaced or rewritten.
+"""
+
+from __future__ import annotations
+
+import _thread
+import builtins
+import json
+import os
+import sys
+import threading
+import time
+from typing import Any
+
+
+def watched_objects(torch, triton_jit, interpreter, platform) -> dict[str, tuple[Any, str]]:
+    """Objects whose attributes the worker relies on, by readable name."""
+    watched = {
+        "time.perf_counter": (time, "perf_counter"),
+        "time.perf_counter_ns": (time, "perf_counter_ns"),
+        "time.monotonic": (time, "monotonic"),
+        "os.write": (os, "write"),
+        "os.read": (os, "read"),
+        "json.dumps": (json, "dumps"),
+        "builtins.isinstance": (builtins, "isinstance"),
+        "builtins.type": (builtins, "type"),
+        "torch.manual_seed": (torch, "manual_seed"),
+        "torch.equal": (torch, "equal"),
+        "torch.device": (torch, "device"),
+        "torch.Tensor": (torch, "Tensor"),
+        "torch.uint8": (torch, "uint8"),
+        "triton JITFunction.run": (triton_jit.JITFunction, "run"),
+        "triton InterpretedFunction.run": (interpreter.InterpretedFunction, "run"),
+        "triton KernelInterface.__getitem__": (triton_jit.KernelInterface, "__getitem__"),
+        "torch.utils._python_dispatch.TorchDispatchMode.__enter__": (
+            sys.modules["torch.utils._python_dispatch"].TorchDispatchMode, "__enter__"),
+        "torch.utils._python_dispatch.TorchDispatchMode.__exit__": (
+            sys.modules["torch.utils._python_dispatch"].TorchDispatchMode, "__exit__"),
+    }
+    for method in ("clone", "cpu", "contiguous", "view", "reshape", "numpy", "detach",
+                   "to", "numel", "__getitem__", "data_ptr", "untyped_storage"):
+        watched[f"torch.Tensor.{method}"] = (torch.Tensor, method)
+    # watched on every platform: a CPU run must not teach a kernel to patch them
+    watched["torch.cuda.synchronize"] = (torch.cuda, "synchronize")
+    watched["torch.cuda.Event"] = (torch.cuda, "Event")
+    for method in ("record", "elapsed_time", "synchronize"):
+        watched[f"torch.cuda.Event.{method}"] = (torch.cuda.Event, method)
+    # the device trace that times runs (platforms.timeline)
+    import torch.profiler
+
+    from platforms.timeline import DeviceTimeline
+
+    watched["torch.profiler.profile"] = (torch.profiler, "profile")
+    watched["torch.profiler.record_function"] = (torch.profiler, "record_function")
+    for method in ("__enter__", "__exit__", "run", "spans"):
+        watched[f"DeviceTimeline.{method}"] = (DeviceTimeline, method)
+    # the thread counters (instrument_threads) and the platform's own methods: the timer lives there
+    watched["threading.Thread.start"] = (threading.Thread, "start")
+    watched["_thread.start_new_thread"] = (_thread, "start_new_thread")
+    for attr in ("time_runs", "synchronize", "flush_cache", "_start_stop", "poison_memory",
+                 "_timer_overhead", "_timeline"):
+        watched[f"platform.{attr}"] = (type(platform), attr)
+    return watched
+
+
+def instrument_launches(harness: Any, *kernel_classes: type) -> None:
+    """Count Triton launches and let the launcher's own tensor ops through the trace."""
+    for cls in kernel_classes:
+        original = cls.run
+
+        def run(self_, *args, _original=original, **kwargs):
+            harness.launches += 1
+            trace = harness.trace
+            if trace is not None:
+                trace.launch_depth += 1
+            # Inside a launch only Triton runs (its interpreter on the CPU
+            # executes the kernel as Python): the call profile would cost
+            # more than the kernel and sees nothing of the candidate's.
+            profile = sys.getprofile()
+            sys.setprofile(None)
+            try:
+                return _original(self_, *args, **kwargs)
+            finally:
+                sys.setprofile(profile)
+                if trace is not None:
+                    trace.launch_depth -= 1
+
+        cls.run = run
+
+
+def instrument_threads(harness: Any) -> None:
+    """Count threads started: a thread escapes the (thread-local) dispatch trace."""
+    original_start = threading.Thread.start
+    original_new = _thread.start_new_thread
+
+    def start(self_, *args, **kwargs):
+        harness.threads_started += 1
+        return original_start(self_, *args, **kwargs)
+
+    def start_new_thread(*args, **kwargs):
+        harness.threads_started += 1
+        return original_new(*args, **kwargs)
+
+    threading.Thread.start = start
+    _thread.start_new_thread = start_new_thread
+
+
+class Watch:
+    """The watched objects as they were when the worker started, and their code."""
+
+    def __init__(self, watched: dict[str, tuple[Any, str]]) -> None:
+        self.watched = watched
+        self.originals = {name: getattr(owner, attr) for name, (owner, attr) in watched.items()}
+        self.codes = {name: getattr(obj, "__code__", None) for name, obj in self.originals.items()}
+
+    def tampered(self) -> str:
+        """What was done to a watched object (``replaced X``, ``rewrote the code of X``), or ``""``."""
+        for name, (owner, attr) in self.watched.items():
+            current = owner.__dict__.get(attr, getattr(owner, attr, None))
+            if current is not self.originals[name]:
+                return f"replaced {name}"
+            # a function keeps its identity when its code is swapped
+            if getattr(current, "__code__", None) is not self.codes[name]:
+                return f"rewrote the code of {name}"
+        return ""
