@@ -29,12 +29,13 @@ class EvaluatorSpec:
     max_abs_diff: float | None = None
     held_out: list[dict[str, int]] | None = None
     settings: EvalSettings = dataclasses.field(default_factory=EvalSettings)
+    dtype: str | None = None
 
     def build(self, lane: TimingLane | None = None) -> Evaluator:
         """The evaluator (raises ``ProblemError``, ``CutoffError``, ``PlatformUnavailable``)."""
         return Evaluator(self.reference, platform=self.platform, shapes=self.shapes,
                          max_abs_diff=self.max_abs_diff, held_out=self.held_out, settings=self.settings,
-                         lane=lane)
+                         lane=lane, dtype=self.dtype)
 
     def __hash__(self) -> int:
         return hash(json.dumps(dataclasses.asdict(self), sort_keys=True, default=str))

@@ -18,6 +18,7 @@ from evolve.report import PLOT_FILE, build_report, format_counts, print_report, 
 from evolve.session import RunError, default_run_dir, open_store, resume_run, start_run
 from evolve.sweep import SharedPool, format_summary, load_sweep, run_sweep, stored_entries, summary_dict
 from fitness import CutoffError, EvalSettings, Evaluator, ProblemError
+from fitness.problem import DTYPES
 from platforms import PLATFORM_NAMES, PlatformUnavailable
 
 EXIT_ACCEPTED, EXIT_REJECTED, EXIT_UNUSABLE = 0, 1, 2
@@ -59,7 +60,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     _read(args.reference, "reference file")
     settings = EvalSettings(timeout_s=args.timeout) if args.timeout else EvalSettings()
     with Evaluator(args.reference, platform=args.device, shapes=dict(args.shape or []),
-                   max_abs_diff=args.max_abs_diff, settings=settings) as evaluator:
+                   max_abs_diff=args.max_abs_diff, settings=settings, dtype=args.dtype) as evaluator:
         result = evaluator.evaluate(source)
         record = {**result.to_dict(), "cutoff": evaluator.cutoff,
                   "shapes": evaluator.main.shapes,
@@ -222,6 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--shape", type=_parse_shape, action="append", metavar="NAME=VALUE",
                         help="override a module-level integer of the problem (repeatable)")
     verify.add_argument("--device", choices=PLATFORM_NAMES, default="auto")
+    verify.add_argument("--dtype", choices=DTYPES, default=None,
+                        help="cast the floating-point inputs and weights to this precision (default: as the problem makes them)")
     verify.add_argument("--timeout", type=_positive_float, default=None, metavar="SECONDS",
                         help="time limit per step of the evaluation (default 300)")
     verify.add_argument("--json", action="store_true", help="print one JSON object on stdout")

@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from fitness.problem import DTYPES
 from operators import CROSSOVER, LLM_CROSSOVER, LLM_MUTATION, MUTATION, SearchSpace, SpaceError
 
 
@@ -62,6 +63,7 @@ class ProblemConfig:
     seeds: tuple[Path, ...]  # required: at least one ModelNew file to start from
     shapes: dict[str, int] = dataclasses.field(default_factory=dict)  # overrides of module-level ints
     held_out_shapes: list[dict[str, int]] | None = None  # None: derived by fitness
+    dtype: str | None = None  # float32 | float16 | bfloat16: cast floating inputs and weights; None: as written
 
 
 @dataclasses.dataclass(frozen=True)
@@ -284,6 +286,8 @@ def _check_values(config: Config, origin: str) -> None:
         if not ok:
             raise ConfigError(f"{origin}: {key}: {message}")
 
+    require(problem.dtype is None or problem.dtype in DTYPES, "problem.dtype",
+            f"{problem.dtype!r} is not one of {', '.join(DTYPES)} (or leave it out: the problem's own dtypes)")
     require(len(problem.seeds) >= 1 or config.llm.online, "problem.seeds",
             "name at least one seed kernel, or set llm.model so that an LLM writes the first kernels")
     for key in ("population_size", "max_evaluations", "tournament_size", "islands", "migration_interval"):

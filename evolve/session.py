@@ -159,7 +159,7 @@ def evaluator_spec(config: Config) -> EvaluatorSpec:
     problem = config.problem
     return EvaluatorSpec(str(problem.reference), platform=config.platform.value, shapes=dict(problem.shapes),
                          max_abs_diff=config.fitness.max_abs_diff, held_out=problem.held_out_shapes,
-                         settings=eval_settings(config))
+                         settings=eval_settings(config), dtype=problem.dtype)
 
 
 def eval_settings(config: Config) -> EvalSettings:

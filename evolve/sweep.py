@@ -9,7 +9,8 @@ A sweep file names problems and the settings they share::
       - config: configs/softmax.yaml           # an experiment config as it is
       - reference: problems/rmsnorm/reference.py
         seeds: [problems/rmsnorm/seed.py]
-        variants: [{batch_size: 512}, {batch_size: 8192}]   # one run per shape override
+        variants: [{batch_size: 512}, {batch_size: 8192},   # one run per variant: shape overrides,
+                   {dtype: bfloat16, max_abs_diff: 0.05}]   # or a precision with its cutoff
       - folder: KernelBench/level1             # every problem file in it, KernelBench's format
         seeds_folder: my_kernels/level1        # ModelNew files with the same names (or an LLM writes them)
 
@@ -157,9 +158,15 @@ def _expand(item: Any, defaults: dict, base: Path, where: str) -> list[Entry]:
     for name, config in problems:
         for variant in variants:
             data = copy.deepcopy(config)
-            if variant:
-                data["problem"]["shapes"] = {**data["problem"].get("shapes", {}), **variant}
-            suffix = "".join(f"-{k}{v}" for k, v in variant.items())
+            variant = dict(variant)
+            if "dtype" in variant:
+                data["problem"]["dtype"] = variant["dtype"]
+            if "max_abs_diff" in variant:
+                data.setdefault("fitness", {})["max_abs_diff"] = variant.pop("max_abs_diff")
+            shapes = {k: v for k, v in variant.items() if k != "dtype"}
+            if shapes:
+                data["problem"]["shapes"] = {**data["problem"].get("shapes", {}), **shapes}
+            suffix = "".join(f"-{v}" if k == "dtype" else f"-{k}{v}" for k, v in variant.items())
             entries.append(Entry(_slug(name) + suffix, data))
     return entries
 

@@ -88,6 +88,7 @@ class Evaluator:
         held_out: list[dict[str, int]] | None = None,
         settings: EvalSettings | None = None,
         lane: TimingLane | NoLane | None = None,
+        dtype: str | None = None,
     ) -> None:
         self.reference_path = Path(reference).resolve()
         if not self.reference_path.is_file():
@@ -96,6 +97,7 @@ class Evaluator:
         self.settings = settings or EvalSettings()
         self.timing = self.settings.timing or self.platform.timing
         self.shapes = dict(shapes or {})
+        self.dtype = dtype  # None: the problem's own dtypes; else floating inputs and weights cast to it
         declared = declared_cutoff(self.reference_path)
         self.cutoff = float(max_abs_diff if max_abs_diff is not None else declared if declared is not None else DEFAULT_MAX_ABS_DIFF)
         self._worker: WorkerProcess | None = None
@@ -130,7 +132,7 @@ class Evaluator:
 
     def _prepare(self, shapes: dict[str, int], required: bool) -> _Variant | None:
         try:
-            problem = load_problem(self.reference_path, shapes)
+            problem = load_problem(self.reference_path, shapes, self.dtype)
             model = build_model(problem.Model, problem, self.settings.init_seed, self.device)
             references = {}
             for seed in self.settings.fixed_seeds:
@@ -234,7 +236,7 @@ class Evaluator:
         for variant in [self.main, *self.held_out]:
             with self.lane.shared():
                 reply, _ = self._step({"step": "load", "source": source, "problem": str(self.reference_path),
-                                       "shapes": variant.shapes, "init_seed": self.settings.init_seed})
+                                       "shapes": variant.shapes, "init_seed": self.settings.init_seed, "dtype": self.dtype})
             if not reply["ok"]:
                 return EvalResult(Status(reply["status"]), reply["reason"], **base)
             fresh = [secrets.randbelow(2**31 - 1) for _ in range(self.settings.fresh_inputs)]
@@ -263,7 +265,7 @@ class Evaluator:
     def _time(self, source: str, base: dict[str, Any], checks: int, worst: float) -> EvalResult:
         with self.lane.shared():
             reply, _ = self._step({"step": "load", "source": source, "problem": str(self.reference_path),
-                                   "shapes": self.main.shapes, "init_seed": self.settings.init_seed})
+                                   "shapes": self.main.shapes, "init_seed": self.settings.init_seed, "dtype": self.dtype})
         if not reply["ok"]:
             return EvalResult(Status(reply["status"]), reply["reason"], **base)
         # Timed inputs are fresh too, and new for every run: a candidate that

@@ -90,6 +90,7 @@ class Problem:
     path: Path
     shapes: dict[str, int]
     module: types.ModuleType
+    dtype: str | None = None  # floating-point inputs and parameters cast to this (None: as the file makes them)
 
     @property
     def Model(self) -> type:
@@ -102,8 +103,15 @@ class Problem:
         return list(self.module.get_init_inputs())
 
 
-def load_problem(path: str | Path, shapes: dict[str, int] | None = None) -> Problem:
+#: Precisions a problem can be run at (KernelBench's "precision" option does the same casts).
+DTYPES = ("float32", "float16", "bfloat16")
+
+
+def load_problem(path: str | Path, shapes: dict[str, int] | None = None, dtype: str | None = None) -> Problem:
     """Build the problem module at ``path`` with ``shapes`` overriding its knobs.
+
+    With ``dtype``, the floating-point inputs and the model's floating-point
+    parameters and buffers are cast to it (``make_inputs``, ``build_model``).
 
     >>> p = load_problem("problems/softmax/reference.py", {"batch_size": 4, "dim": 100})
     >>> p.module.dim
@@ -111,6 +119,8 @@ def load_problem(path: str | Path, shapes: dict[str, int] | None = None) -> Prob
     """
     path = Path(path)
     shapes = dict(shapes or {})
+    if dtype is not None and dtype not in DTYPES:
+        raise ProblemError(f"dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
     _source, tree = _parse(path)
     knobs = _knob_assignments(tree)
     for name, value in shapes.items():
@@ -133,7 +143,7 @@ def load_problem(path: str | Path, shapes: dict[str, int] | None = None) -> Prob
     for name in ("Model", "get_inputs", "get_init_inputs"):
         if not hasattr(module, name):
             raise ProblemError(f"problem file {path} does not define {name} (KernelBench format)")
-    return Problem(path, shapes, module)
+    return Problem(path, shapes, module, dtype)
 
 
 def declared_cutoff(path: str | Path) -> float | None:
@@ -203,7 +213,12 @@ def make_inputs(problem: Problem, seed: int, device: str) -> list[Any]:
         torch.manual_seed(seed)
         with torch.device(device):
             inputs = problem.get_inputs()
-    return [x.to(device) if isinstance(x, torch.Tensor) and x.device != torch.device(device) else x for x in inputs]
+    inputs = [x.to(device) if isinstance(x, torch.Tensor) and x.device != torch.device(device) else x
+              for x in inputs]
+    if problem.dtype is not None:
+        dtype = getattr(torch, problem.dtype)
+        inputs = [x.to(dtype) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+    return inputs
 
 
 def build_model(cls: type, problem: Problem, seed: int, device: str):
@@ -219,4 +234,5 @@ def build_model(cls: type, problem: Problem, seed: int, device: str):
         torch.manual_seed(seed)
         with torch.device(device):
             model = cls(*init_inputs)
-    return model.to(device)
+    model = model.to(device)
+    return model.to(getattr(torch, problem.dtype)) if problem.dtype is not None else model

@@ -83,7 +83,8 @@ class Harness:
 
     # -- steps -----------------------------------------------------------------
 
-    def load(self, source: str, problem_path: str, shapes: dict[str, int], init_seed: int) -> dict:
+    def load(self, source: str, problem_path: str, shapes: dict[str, int], init_seed: int,
+             dtype: str | None = None) -> dict:
         """Import the candidate (once per source) and build ``ModelNew`` for ``shapes``."""
         digest = hashlib.sha256(source.encode()).hexdigest()[:16]
         if digest != self.source_hash:
@@ -106,7 +107,7 @@ class Harness:
             if not isinstance(getattr(module, "ModelNew", None), type):
                 raise Refusal("compile_error", "defines no class ModelNew")
             self.module, self.source_hash = module, digest
-        self.problem = load_problem(problem_path, shapes)
+        self.problem = load_problem(problem_path, shapes, dtype)
         # The constructor is traced too: it may create and initialise
         # parameters, not precompute answers with PyTorch.
         self.trace = trace = self.trace_cls(INIT_OPS)
@@ -248,7 +249,8 @@ class Harness:
         self.guard.violations.clear()
         try:
             if step == "load":
-                reply, tensors = self.load(message["source"], message["problem"], message["shapes"], message["init_seed"]), []
+                reply, tensors = self.load(message["source"], message["problem"], message["shapes"],
+                                           message["init_seed"], message.get("dtype")), []
             elif step == "call":
                 reply, tensors = self.call(message["seed"], message["poison"])
             elif step == "time":

@@ -62,16 +62,19 @@ def test_a_sweep_file_expands_to_one_run_per_problem_and_variant(tmp_path, kerne
     sweep = write_sweep(tmp_path / "s.yaml", [
         {"config": str(config)},
         {"reference": str(PROBLEMS / "matvec" / "reference.py"), "seeds": [str(PROBLEMS / "matvec" / "seed.py")],
-         "variants": [{"M": 33}, {"M": 65}]},
+         "variants": [{"M": 33}, {"M": 65, "dtype": "bfloat16", "max_abs_diff": 0.05}]},
         {"folder": str(refs), "seeds_folder": str(seeds), "shapes": {"batch_size": 4}},
     ])
     entries = load_sweep(sweep)
     names = [e.name for e in entries]
-    assert names == ["000-softmax", "001-matvec-M33", "002-matvec-M65", "003-1_rmsnorm", "004-2_softmax",
+    assert names == ["000-softmax", "001-matvec-M33", "002-matvec-M65-bfloat16", "003-1_rmsnorm", "004-2_softmax",
                      "005-10_elementwise"]  # KernelBench's numbers in their natural order
     by_name = {e.name: e.config for e in entries}
     assert by_name["000-softmax"]["search"] == {"population_size": 3, "max_evaluations": 9, "seed": 1}
-    assert by_name["002-matvec-M65"]["problem"]["shapes"] == {"M": 65}
+    assert by_name["002-matvec-M65-bfloat16"]["problem"]["shapes"] == {"M": 65}
+    assert by_name["002-matvec-M65-bfloat16"]["problem"]["dtype"] == "bfloat16"
+    assert by_name["002-matvec-M65-bfloat16"]["fitness"] == {"max_abs_diff": 0.05}
+    assert "dtype" not in by_name["001-matvec-M33"]["problem"]
     assert by_name["004-2_softmax"]["problem"]["seeds"] == [str(seeds / "2_softmax.py")]
     assert by_name["003-1_rmsnorm"]["problem"]["seeds"] == []  # no kernel of its own, and no LLM:
     assert "no seed kernel" in entries[3].skip and not any(e.skip for e in entries if e is not entries[3])
