@@ -325,7 +325,7 @@ class Evaluator:
         with self.lane.exclusive():
             record = profile_candidate(self.profiler, self.reference_path, self.shapes, source, self.platform.name,
                                        getattr(self.platform, "index", 0), self.settings.profile_timeout_s,
-                                       runtime_ms=runtime_ms, device_name=self._device_name())
+                                       runtime_ms=runtime_ms, device_name=self._device_name(), dtype=self.dtype)
         return record.to_dict()
 
     def close(self) -> None:

@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         platform = get_platform(args.device, args.index)
-        problem = load_problem(args.problem, parse_shapes(args.shape))
+        problem = load_problem(args.problem, parse_shapes(args.shape), args.dtype)
         candidate = Path(args.candidate)
         if not candidate.is_file():
             raise ValueError(f"no candidate file {candidate}")
@@ -93,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=1, help="forwards before the measured ones")
     parser.add_argument("--init-seed", type=int, default=42, help="seed before ModelNew is built")
     parser.add_argument("--input-seed", type=int, default=101, help="seed the inputs are drawn from")
+    parser.add_argument("--dtype", default=None, help="cast floating inputs and weights to this precision")
     parser.add_argument("--region", action="store_true", help="bracket the measured runs with the profiler API")
     return run(parser.parse_args(argv))
 

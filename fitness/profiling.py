@@ -47,7 +47,8 @@ class ProblemWork:
     reason: str = ""
 
 
-def problem_work(problem_path: str | Path, shapes: dict[str, int] | None = None) -> ProblemWork:
+def problem_work(problem_path: str | Path, shapes: dict[str, int] | None = None,
+                 dtype: str | None = None) -> ProblemWork:
     """Bytes a forward must move and (when declared) its FLOPS, at ``shapes``.
 
     >>> problem_work("problems/elementwise/reference.py", {"batch_size": 4, "dim": 100}).bytes_moved
@@ -55,12 +56,16 @@ def problem_work(problem_path: str | Path, shapes: dict[str, int] | None = None)
     """
     import torch
 
-    problem = load_problem(problem_path, shapes)
+    problem = load_problem(problem_path, shapes, dtype)
     flops = _declared_flops(problem.module, problem_path)
     try:
         with torch.device("meta"), torch.no_grad():
             inputs = problem.get_inputs()
             model = problem.Model(*problem.get_init_inputs())
+            if dtype is not None:
+                cast = getattr(torch, dtype)
+                inputs = [x.to(cast) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+                model = model.to(cast)
             outputs = model(*inputs)
     except (RuntimeError, NotImplementedError, TypeError, ValueError) as exc:
         reason = f"the reference does not run on the meta device ({type(exc).__name__}: {str(exc)[:120]})"
@@ -110,7 +115,8 @@ def kernel_filter(source: str) -> str | None:
 
 
 def target_command(problem_path: str | Path, candidate_path: str | Path, shapes: dict[str, int],
-                   platform_name: str, device_index: int, runs: int, warmup: int, region: bool) -> list[str]:
+                   platform_name: str, device_index: int, runs: int, warmup: int, region: bool,
+                   dtype: str | None = None) -> list[str]:
     """The ``python -m fitness.profile_target`` command line for one candidate."""
     command = [sys.executable, "-m", "fitness.profile_target", "--problem", str(Path(problem_path).resolve()),
                "--candidate", str(candidate_path), "--device", platform_name, "--index", str(device_index),
@@ -118,12 +124,15 @@ def target_command(problem_path: str | Path, candidate_path: str | Path, shapes:
                "--init-seed", str(INIT_SEED), "--input-seed", str(INPUT_SEED)]
     for name, value in shapes.items():
         command += ["--shape", f"{name}={value}"]
+    if dtype is not None:
+        command += ["--dtype", dtype]
     return command + (["--region"] if region else [])
 
 
 def profile_candidate(profiler: Profiler, problem_path: str | Path, shapes: dict[str, int] | None, source: str,
                       platform_name: str, device_index: int, timeout_s: float, *, runtime_ms: float | None = None,
-                      device_name: str = "", runs: int = 3, warmup: int = 1) -> ProfileRecord:
+                      device_name: str = "", runs: int = 3, warmup: int = 1,
+                      dtype: str | None = None) -> ProfileRecord:
     """Profile one candidate (a parent) on ``platform_name``'s device ``device_index``.
 
     ``runtime_ms`` (the evaluator's median) and ``device_name`` feed the
@@ -132,7 +141,7 @@ def profile_candidate(profiler: Profiler, problem_path: str | Path, shapes: dict
     (``ProblemError``).
     """
     shapes = dict(shapes or {})
-    work = problem_work(problem_path, shapes)
+    work = problem_work(problem_path, shapes, dtype)
     workload = Workload(bytes_moved=work.bytes_moved, flops=work.flops, dtype=work.dtype,
                         runtime_ms=runtime_ms, device_name=device_name,
                         forwards=runs if profiler.capture_region else runs + warmup)
@@ -144,7 +153,7 @@ def profile_candidate(profiler: Profiler, problem_path: str | Path, shapes: dict
         candidate = Path(tmp, "candidate.py")
         candidate.write_text(source, encoding="utf-8")
         command = target_command(problem_path, candidate, shapes, platform_name, device_index, runs, warmup,
-                                 profiler.capture_region)
+                                 profiler.capture_region, dtype)
         return profiler.profile(command, env, kernel_filter(source), timeout_s, workload)
 
 
