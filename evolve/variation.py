@@ -90,6 +90,8 @@ class LlmOperators:
     def __init__(self, proposer: Proposes, store: RunStore, samples: int = 0, exhausted: bool = False) -> None:
         self.proposer, self.store = proposer, store
         self.samples, self.exhausted = samples, exhausted
+        # a generation replayed after a resume asks again (from the cache): say each failure once
+        self._told = {e["data"].get("sample") for e in store.events(FAILED_EVENT)}
 
     def number(self) -> int:
         """The next request's sample number."""
@@ -102,7 +104,10 @@ class LlmOperators:
         return proposals
 
     def failed(self, proposal: Proposal, request: Request, reason: str | None = None) -> None:
-        """Record in the run that ``request`` gave no new kernel."""
+        """Record in the run that ``request`` gave no new kernel (once per request)."""
+        if request.sample in self._told:
+            return
+        self._told.add(request.sample)
         self.store.record_event(FAILED_EVENT, {
             "reason": reason or proposal.reason, "operator": proposal.operator, "parents": list(proposal.parents),
             "model": proposal.model, "focus": proposal.focus.value, "sample": request.sample})

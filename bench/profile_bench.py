@@ -1,0 +1,74 @@
+"""What profiling a parent costs, and what the profiler says of each suite seed.
+
+For each problem, the seed is evaluated once (its runtime feeds the roofline)
+and then profiled the way a run profiles a parent (``Evaluator.profile``:
+the platform's profiler, ncu on NVIDIA or rocprofv3 on AMD, with the device
+to itself), ``--repeats`` times; the wall time of each profile is the cost a
+run pays once per new parent.
+
+    python bench/profile_bench.py --shape batch_size=1024 --out profile.json      # on a GPU machine
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from fitness import Evaluator, shape_knobs  # noqa: E402
+
+PROBLEMS = ["elementwise", "softmax", "rmsnorm", "sum_middle", "matvec", "matmul"]
+
+
+def measure(name: str, device: str, shape_args: list[str], repeats: int) -> dict:
+    reference = ROOT / "problems" / name / "reference.py"
+    knobs = {k.name for k in shape_knobs(reference)}
+    shapes = {}
+    for item in shape_args:
+        knob, _, value = item.partition("=")
+        if knob in knobs:
+            shapes[knob] = int(value)
+    source = (ROOT / "problems" / name / "seed.py").read_text()
+    with Evaluator(reference, platform=device, shapes=shapes) as evaluator:
+        result = evaluator.evaluate(source)
+        walls, record = [], None
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            record = evaluator.profile(source, result.runtime_ms)
+            walls.append(time.perf_counter() - t0)
+    row = {"problem": name, "shapes": shapes, "status": result.status.value, "runtime_ms": result.runtime_ms,
+           "tool": record["tool"], "tool_version": record.get("tool_version", ""),
+           "bottleneck": record["bottleneck"], "reason": record.get("reason", ""),
+           "profile_wall_s": statistics.median(walls), "walls": walls}
+    print(json.dumps(row), file=sys.stderr, flush=True)
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--problems", nargs="*", default=PROBLEMS)
+    parser.add_argument("--shape", action="append", default=[], metavar="NAME=VALUE",
+                        help="override a shape knob of every problem that has it (repeatable)")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    rows = [measure(name, args.device, args.shape, args.repeats) for name in args.problems]
+    print("| problem | seed ms | tool | bottleneck class | profile wall s (median) |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        runtime = f"{r['runtime_ms']:.4g}" if r["runtime_ms"] else r["status"]
+        print(f"| {r['problem']} | {runtime} | {r['tool']} {r['tool_version']} | {r['bottleneck']} "
+              f"| {r['profile_wall_s']:.2f} |")
+    if args.out:
+        args.out.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
