@@ -274,13 +274,17 @@ class Evaluator:
         with self.lane.exclusive():
             self.reference_ms()  # timed with the device to itself, like the candidate
             started = time.monotonic()
-            reply, outputs = self._step({"step": "time", "base_seed": base_seed,
-                                         "check_seed": secrets.randbits(64), "checks": self.settings.timed_checks,
-                                         "poison": self.main.output_bytes,
-                                         "timing": dataclasses.asdict(self.timing)})
+            reply, _ = self._step({"step": "time", "base_seed": base_seed,
+                                   "check_seed": secrets.randbits(64), "checks": self.settings.timed_checks,
+                                   "poison": self.main.output_bytes,
+                                   "timing": dataclasses.asdict(self.timing)})
             wall_s = time.monotonic() - started
         if not reply["ok"]:
             return EvalResult(Status(reply["status"]), f"while timing: {reply['reason']}", **base)
+        # The checked runs' outputs travel after the lane is free again.
+        fetched, outputs = self._step({"step": "timed_outputs"})
+        if not fetched["ok"]:
+            return EvalResult(Status(fetched["status"]), f"after timing: {fetched['reason']}", **base)
         offset = 0
         n_runs = len(reply["runs_ms"])
         indices = [row[0] for row in reply["checked"]]

@@ -68,6 +68,7 @@ class Harness:
         self.problem: Problem | None = None
         self.tmpdir = tempfile.mkdtemp(prefix="kevo-worker-")
         self.guard = Guard()
+        self.timed_outputs: list = []  # outputs of the last time step's checked runs, until fetched
 
     def _check_guard(self) -> None:
         if self.guard.violations:
@@ -235,13 +236,15 @@ class Harness:
             raise Refusal("mutated_input", f"forward changed its input in timed run {mutated[0]}")
         kept.update(last)
         checked = sorted(kept)
-        tensors = []
+        self.timed_outputs = []
         for i in checked:
             kept[i] = self._outputs(kept[i])
-            tensors.extend(kept[i])
+            self.timed_outputs.extend(kept[i])
+        # The outputs go back in their own step ("timed_outputs"), so the device's timing
+        # lane is free while they travel; no candidate code runs in between.
         return {"ok": True, "runs_ms": timing_result.runs_ms, "wall_ms": timing_result.wall_ms,
                 "overhead_ms": timing_result.overhead_ms, "device_ms": timing_result.device_ms,
-                "checked": [[i, seed_of(i), len(kept[i])] for i in checked]}, tensors
+                "checked": [[i, seed_of(i), len(kept[i])] for i in checked]}, []
 
     def handle(self, message: dict) -> tuple[dict, list]:
         step = message["step"]
@@ -256,6 +259,9 @@ class Harness:
             elif step == "time":
                 reply, tensors = self.time(message["base_seed"], message["check_seed"], message["checks"],
                                            message["poison"], message["timing"])
+            elif step == "timed_outputs":
+                tensors, self.timed_outputs = self.timed_outputs, []
+                reply = {"ok": True}
             elif step == "ping":
                 reply, tensors = {"ok": True}, []
             elif step == "info":
