@@ -16,7 +16,8 @@ from evolve.progress import Progress
 from evolve.ray_dispatch import RayUnavailable
 from evolve.report import PLOT_FILE, build_report, format_counts, print_report, write_plot
 from evolve.session import RunError, default_run_dir, open_store, resume_run, start_run
-from evolve.sweep import SharedPool, format_summary, load_sweep, run_sweep, stored_entries, summary_dict
+from evolve.sweep import (SharedPool, format_summary, load_sweep, run_sweep, stored_entries, summary_dict,
+                          sweep_status)
 from fitness import CutoffError, EvalSettings, Evaluator, ProblemError
 from fitness.problem import DTYPES
 from platforms import PLATFORM_NAMES, PlatformUnavailable
@@ -176,6 +177,11 @@ def _log_through(console: Console, verbose: bool) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    entries = stored_entries(Path(args.run_dir))
+    if entries is not None:  # a sweep's directory: where each of its runs stands
+        summary = summary_dict(sweep_status(entries, Path(args.run_dir)))
+        print(json.dumps(summary) if args.json else format_summary(summary))
+        return 0
     with open_store(args.run_dir, readonly=True) as store:
         report = build_report(store, Path(args.run_dir))
         try:

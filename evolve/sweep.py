@@ -311,6 +311,19 @@ def stored_entries(sweep_dir: Path) -> list[Entry] | None:
     return [Entry(e["name"], e["config"], e.get("skip", "")) for e in json.loads(path.read_text(encoding="utf-8"))]
 
 
+def sweep_status(entries: list[Entry], sweep_dir: Path) -> list[Outcome]:
+    """Where every run of the sweep in ``sweep_dir`` stands (``kevo report`` on a sweep)."""
+    outcomes = []
+    for entry in entries:
+        run_dir = sweep_dir / entry.name
+        outcome = Outcome(entry.name, "skipped", entry.skip) if entry.skip else _previous(entry, run_dir)
+        if outcome is None:
+            started = (run_dir / "run.sqlite").is_file()
+            outcome = _outcome(entry, run_dir, "cut short", "") if started else Outcome(entry.name, "not started")
+        outcomes.append(outcome)
+    return outcomes
+
+
 def _previous(entry: Entry, run_dir: Path) -> Outcome | None:
     """The outcome of a run that already ended (stopped, or failed), else None."""
     failed = run_dir / "failed.json"

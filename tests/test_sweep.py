@@ -142,6 +142,8 @@ def test_kevo_sweep_runs_every_problem_and_resumes_after_kill_9(tmp_path):
             rows = s.individuals()
             assert len(rows) == 6 and all(r.status != "pending" for r in rows)
             assert len({r.source_hash for r in rows}) == 6  # nothing evaluated twice
+    report = kevo("report", run_dir, "--json")  # a sweep's directory: its summary
+    assert report.returncode == 0 and json.loads(report.stdout)["runs"] == summary["runs"], report.stderr
     # once more: every run has ended, nothing is evaluated again
     again = kevo("sweep", sweep, "--run-dir", run_dir, "--json")
     assert again.returncode == 0, again.stderr[-2000:]
