@@ -9,11 +9,14 @@ tensors and are judged here, in the process that holds the references.
 
 from __future__ import annotations
 
+import collections
+import contextlib
 import dataclasses
 import logging
 import secrets
 import statistics
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +104,8 @@ class Evaluator:
         declared = declared_cutoff(self.reference_path)
         self.cutoff = float(max_abs_diff if max_abs_diff is not None else declared if declared is not None else DEFAULT_MAX_ABS_DIFF)
         self._worker: WorkerProcess | None = None
+        # Wall seconds of the last evaluation by part (worker steps, the evaluator's own checks).
+        self.walls: collections.Counter[str] = collections.Counter()
         # Shared with the other evaluators on this device, if any (fitness.lane).
         self.lane = lane or NoLane()
         self._reference_ms: float | None = None
@@ -206,11 +211,14 @@ class Evaluator:
 
     def _step(self, message: dict[str, Any]) -> tuple[dict[str, Any], list]:
         worker = self._get_worker()
+        started = time.monotonic()
         try:
             reply, tensors = worker.request(message, self.settings.timeout_s)
         except WorkerGone:
             self._discard_worker()
             raise
+        finally:
+            self.walls[f"step {message['step']}"] += time.monotonic() - started
         if reply.get("fatal"):
             self._discard_worker()
         return reply, tensors
@@ -218,6 +226,14 @@ class Evaluator:
     def evaluate(self, source: str) -> EvalResult:
         """The verdict on candidate ``source`` (the text of a ModelNew file)."""
         base = dict(platform=self.platform.name, device_name=self._device_name())
+        self.walls = collections.Counter()
+        started = time.monotonic()
+        try:
+            return self._judge(source, base)
+        finally:
+            self.walls["total"] = time.monotonic() - started
+
+    def _judge(self, source: str, base: dict[str, Any]) -> EvalResult:
         if self.settings.screen:
             verdict = screen(source)
             if not verdict.ok:
@@ -248,11 +264,13 @@ class Evaluator:
                 with self.lane.shared():
                     refs = variant.references.get(seed)
                     if refs is None:
-                        refs, _ = self._reference_outputs(variant.problem, variant.model, seed)
+                        with self._timed("reference outputs"):
+                            refs, _ = self._reference_outputs(variant.problem, variant.model, seed)
                     reply, outputs = self._step({"step": "call", "seed": seed, "poison": variant.output_bytes})
                     if not reply["ok"]:
                         return EvalResult(Status(reply["status"]), reply["reason"], **base)
-                    verdict = compare(outputs, refs, self.cutoff)
+                    with self._timed("compare"):
+                        verdict = compare(outputs, refs, self.cutoff)
                     del outputs
                 where = _where(variant, self.main, seed in self.settings.fixed_seeds)
                 if verdict.status != "accepted":
@@ -272,7 +290,8 @@ class Evaluator:
         # recognises inputs it has seen must not answer them from a cache.
         base_seed = secrets.randbelow(2**30)
         with self.lane.exclusive():
-            self.reference_ms()  # timed with the device to itself, like the candidate
+            with self._timed("reference timing"):
+                self.reference_ms()  # timed with the device to itself, like the candidate
             started = time.monotonic()
             reply, _ = self._step({"step": "time", "base_seed": base_seed,
                                    "check_seed": secrets.randbits(64), "checks": self.settings.timed_checks,
@@ -298,8 +317,10 @@ class Evaluator:
                 return EvalResult(Status.FORBIDDEN, "the worker reported a timed run on inputs it was not given",
                                   checks=checks, **base)
             with self.lane.shared():
-                references, _ = self._reference_outputs(self.main.problem, self.main.model, seed)
-                verdict = compare(outputs[offset: offset + n_outputs], references, self.cutoff)
+                with self._timed("reference outputs"):
+                    references, _ = self._reference_outputs(self.main.problem, self.main.model, seed)
+                with self._timed("compare"):
+                    verdict = compare(outputs[offset: offset + n_outputs], references, self.cutoff)
             offset += n_outputs
             if verdict.status != "accepted":
                 return EvalResult(Status(verdict.status), f"timed run {run_index}: {verdict.reason}",
@@ -331,6 +352,14 @@ class Evaluator:
                                        getattr(self.platform, "index", 0), self.settings.profile_timeout_s,
                                        runtime_ms=runtime_ms, device_name=self._device_name(), dtype=self.dtype)
         return record.to_dict()
+
+    @contextlib.contextmanager
+    def _timed(self, part: str) -> Iterator[None]:
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.walls[part] += time.monotonic() - started
 
     def close(self) -> None:
         """Stop the worker."""

@@ -1,0 +1,73 @@
+"""Where one evaluation's wall time goes: the worker's steps (load, call,
+time, timed_outputs) and the evaluator's own work (reference outputs,
+comparisons, timing the reference), for each suite seed.
+
+Each seed is evaluated ``--repeats`` times in one warm evaluator (the first,
+which starts the worker, is left out); the table gives the median seconds of
+each part.
+
+    python bench/eval_breakdown.py --shape batch_size=2048 --out breakdown.json     # on a GPU machine
+    python bench/eval_breakdown.py --device cpu --problems softmax --shape batch_size=4 --shape dim=100
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from fitness import Evaluator, Status, shape_knobs  # noqa: E402
+
+PROBLEMS = ["elementwise", "softmax", "rmsnorm", "sum_middle", "matvec", "matmul"]
+
+
+def measure(name: str, device: str, shape_args: list[str], repeats: int) -> dict:
+    reference = ROOT / "problems" / name / "reference.py"
+    knobs = {k.name for k in shape_knobs(reference)}
+    shapes = {}
+    for item in shape_args:
+        knob, _, value = item.partition("=")
+        if knob in knobs:
+            shapes[knob] = int(value)
+    source = (ROOT / "problems" / name / "seed.py").read_text()
+    walls = []
+    with Evaluator(reference, platform=device, shapes=shapes) as evaluator:
+        for i in range(repeats + 1):
+            result = evaluator.evaluate(source)
+            if result.status is not Status.ACCEPTED:
+                raise RuntimeError(f"{name}: the seed was not accepted: {result.reason}")
+            if i:
+                walls.append(dict(evaluator.walls))
+    parts = sorted({p for w in walls for p in w})
+    row = {"problem": name, "shapes": shapes, "median_s": {p: statistics.median(w.get(p, 0.0) for w in walls)
+                                                           for p in parts}}
+    print(json.dumps(row), file=sys.stderr, flush=True)
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--problems", nargs="*", default=PROBLEMS)
+    parser.add_argument("--shape", action="append", default=[], metavar="NAME=VALUE",
+                        help="override a shape knob of every problem that has it (repeatable)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    rows = [measure(name, args.device, args.shape, args.repeats) for name in args.problems]
+    parts = sorted({p for r in rows for p in r["median_s"]}, key=lambda p: (p != "total", p))
+    print("| problem | " + " | ".join(parts) + " |")
+    print("|---|" + "---|" * len(parts))
+    for r in rows:
+        print(f"| {r['problem']} | " + " | ".join(f"{r['median_s'].get(p, 0.0):.3f}" for p in parts) + " |")
+    if args.out:
+        args.out.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
