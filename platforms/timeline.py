@@ -17,6 +17,7 @@ no spans, and the caller keeps the event times, which count everything.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import secrets
 import warnings
@@ -73,11 +74,13 @@ class DeviceTimeline:
         if sorted(ranges) != list(range(n_runs)):
             return None
         activity.sort()
+        starts = [start for start, _ in activity]
         spans = []
         for index in range(n_runs):
             lo, hi = ranges[index]
-            inside = [(s, e) for s, e in activity if lo <= s <= hi]
+            # the activities starting inside the run's range: one slice of the sorted list
+            inside = activity[bisect.bisect_left(starts, lo):bisect.bisect_right(starts, hi)]
             if not inside:
                 return None
-            spans.append((max(e for _, e in inside) - inside[0][0]) / 1e6)
+            spans.append((max(end for _, end in inside) - inside[0][0]) / 1e6)
         return spans
