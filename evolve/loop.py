@@ -156,13 +156,6 @@ def _close(islands: list[list[Candidate]], landed: list[Candidate], state: LoopS
     return islands
 
 
-def evaluate(search: Search, candidates: list[Candidate]) -> None:
-    """Evaluate the pending ``candidates`` through the dispatcher; commit each result as it lands."""
-    flight = _Flight(search)
-    flight.submit(candidates)
-    flight.take(until=0)
-
-
 class _Flight:
     """Candidates handed to the dispatcher whose results have not been taken yet."""
 

@@ -208,18 +208,11 @@ class RayDispatcher(Dispatcher):
         return self._get([a.lane_stats.remote() for a in self._actors], 60)
 
     def profile(self, source: str, runtime_ms: float | None) -> dict[str, Any] | None:
-        """The profile of ``source``, taken by the first actor; None when that actor died meanwhile."""
-        ray = self._ray
-        method = getattr(self._actors[0], "profile", None)  # a stand-in actor may not profile
-        if method is None:
-            return None
-        try:
-            return ray.get(method.remote(self._spec, source, runtime_ms))
-        except ray.exceptions.RayActorError as exc:
-            log.warning("the Ray actor profiling a parent died (%s); it goes without a profile", type(exc).__name__)
-            return None
-        except ray.exceptions.RayTaskError as exc:  # ProblemError (a bad FLOPS), or a bug of kevo
-            raise exc.as_instanceof_cause() from None
+        """The profile of ``source``, taken by the first actor, waited for; None when it was lost."""
+        handle = self.profile_later(source, runtime_ms)
+        if handle is not None:
+            self._ray.wait([handle])
+        return self.profile_result(handle)[1]
 
     def profile_later(self, source: str, runtime_ms: float | None) -> Any:
         method = getattr(self._actors[0], "profile", None)  # a stand-in actor may not profile

@@ -53,10 +53,6 @@ class Timing:
         return all(0 < d <= r * 1.05 + 0.02 for d, r in zip(spans, self.runs_ms))
 
     @property
-    def method(self) -> str:
-        return "device trace" if self.from_device else "events"
-
-    @property
     def median_ms(self) -> float:
         """Median device span; without one, the median event interval less the
         timer's own overhead (never more than half of it)."""
