@@ -26,6 +26,7 @@ import yaml
 
 from fitness.problem import DTYPES
 from operators import CROSSOVER, LLM_CROSSOVER, LLM_MUTATION, MUTATION, SearchSpace, SpaceError
+from operators.llm import Price
 
 
 class ConfigError(ValueError):
@@ -109,12 +110,6 @@ class ProfilerConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class LlmPrice:
-    input: float  # USD per million prompt tokens
-    output: float  # USD per million completion tokens
-
-
-@dataclasses.dataclass(frozen=True)
 class LlmConfig:
     model: str = OFFLINE  # a litellm model string (provider/model), or 'offline': parametric operators only
     models: dict[str, float] = dataclasses.field(default_factory=dict)  # model -> weight; instead of model
@@ -127,7 +122,7 @@ class LlmConfig:
     concurrency: int = 4  # requests in flight at once
     max_cost_usd: float | None = None  # stop asking the LLM once this much is spent (resumes included)
     initial_seeds: int = 8  # first kernels the LLM writes when problem.seeds is empty
-    prices: dict[str, LlmPrice] = dataclasses.field(default_factory=dict)  # for models litellm has no price for
+    prices: dict[str, Price] = dataclasses.field(default_factory=dict)  # for models litellm has no price for
 
     @property
     def online(self) -> bool:

@@ -6,7 +6,7 @@ import textwrap
 
 import pytest
 
-from evolve.config import ConfigError, LlmConfig, LlmPrice, config_from_dict, load_config
+from evolve.config import ConfigError, LlmConfig, config_from_dict, load_config
 from operators.llm import OFFLINE_MESSAGE, LlmSettings, Price
 from tests.conftest import PROBLEMS
 
@@ -47,7 +47,7 @@ def test_every_key_is_read_stored_and_read_back(tmp_path):
     llm = config.llm
     assert llm.online and llm.model == "offline"  # several models instead of one
     assert llm.models == {"anthropic/claude-sonnet-4-5": 3.0, "openai/gpt-4o-mini": 1.0}
-    assert llm.prices == {"openai/gpt-4o-mini": LlmPrice(0.15, 0.6)}
+    assert llm.prices == {"openai/gpt-4o-mini": Price(0.15, 0.6)}
     assert (llm.timeout_s, llm.retries, llm.concurrency, llm.initial_seeds) == (90.0, 5, 8, 4)
     assert config_from_dict(config.to_dict(), origin="run.sqlite") == config
 

@@ -132,10 +132,13 @@ class ProblemContext:
 
 @dataclasses.dataclass(frozen=True)
 class Price:
-    """A model's price in USD per million tokens, for models litellm has no price for."""
+    """A model's price in USD per million tokens, for models litellm has no price for.
 
-    input: float
-    output: float
+    Also the type of the run config's ``llm.prices`` entries.
+    """
+
+    input: float  # USD per million prompt tokens
+    output: float  # USD per million completion tokens
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,7 +169,7 @@ class LlmSettings:
     def from_config(cls, llm: Any) -> "LlmSettings":
         """Settings from the run config's ``llm`` section (``evolve.config.LlmConfig``)."""
         models = dict(llm.models) if llm.models else {llm.model: 1.0}
-        prices = {name: Price(p.input, p.output) for name, p in llm.prices.items()}
+        prices = dict(llm.prices)
         return cls(models=models, api_base=llm.api_base, api_key_env=llm.api_key_env,
                    temperature=llm.temperature, max_tokens=llm.max_tokens, timeout_s=llm.timeout_s,
                    retries=llm.retries, concurrency=llm.concurrency, max_cost_usd=llm.max_cost_usd,
