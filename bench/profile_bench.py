@@ -21,19 +21,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fitness import Evaluator, shape_knobs  # noqa: E402
+from bench.shapes import apply_shapes  # noqa: E402
+from fitness import Evaluator  # noqa: E402
 
 PROBLEMS = ["elementwise", "softmax", "rmsnorm", "sum_middle", "matvec", "matmul"]
 
 
 def measure(name: str, device: str, shape_args: list[str], repeats: int) -> dict:
     reference = ROOT / "problems" / name / "reference.py"
-    knobs = {k.name for k in shape_knobs(reference)}
-    shapes = {}
-    for item in shape_args:
-        knob, _, value = item.partition("=")
-        if knob in knobs:
-            shapes[knob] = int(value)
+    shapes = apply_shapes(reference, shape_args)
     source = (ROOT / "problems" / name / "seed.py").read_text()
     with Evaluator(reference, platform=device, shapes=shapes) as evaluator:
         result = evaluator.evaluate(source)

@@ -40,11 +40,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.shapes import apply_shapes  # noqa: E402
 from evolve.config import Config, ConfigError, PlatformName, load_config  # noqa: E402
 from evolve.dispatch import InProcessDispatcher  # noqa: E402
 from evolve.loop import Search, SearchError, run_search  # noqa: E402
 from evolve.session import make_dispatcher, search_space  # noqa: E402
-from fitness import CutoffError, EvalResult, ProblemError, shape_knobs  # noqa: E402
+from fitness import CutoffError, EvalResult, ProblemError  # noqa: E402
 from fitness.profiling import problem_work  # noqa: E402
 from operators import apply_params, params_of  # noqa: E402
 from platforms import PlatformUnavailable  # noqa: E402
@@ -319,14 +320,10 @@ def _setup(config_path: Path, args: argparse.Namespace) -> tuple[Config, str, Sp
     config = dataclasses.replace(config, operators=dataclasses.replace(config.operators, space=overrides))
     if args.device:
         config = dataclasses.replace(config, platform=PlatformName(args.device))
-    shapes = {**config.problem.shapes}
-    for item in getattr(args, "shape", None) or []:
-        knob, _, value = item.partition("=")
-        if knob in {k.name for k in shape_knobs(config.problem.reference)}:
-            try:
-                shapes[knob] = int(value)
-            except ValueError:
-                raise BenchError(f"--shape {item}: expected NAME=INTEGER") from None
+    try:
+        shapes = apply_shapes(config.problem.reference, getattr(args, "shape", None) or [], config.problem.shapes)
+    except ValueError as exc:
+        raise BenchError(str(exc)) from None
     config = dataclasses.replace(config, problem=dataclasses.replace(config.problem, shapes=shapes))
     seed = config.problem.seeds[0].read_text(encoding="utf-8")
     return config, seed, search_space(config, [seed])

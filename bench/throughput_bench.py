@@ -25,6 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.shapes import apply_shapes  # noqa: E402
 from evolve.config import load_config  # noqa: E402
 from evolve.ray_dispatch import RayDispatcher  # noqa: E402
 from evolve.session import evaluator_spec, search_space  # noqa: E402
@@ -88,10 +89,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     config = load_config(args.config)
-    shapes = dict(config.problem.shapes)
-    for item in args.shape:
-        name, _, value = item.partition("=")
-        shapes[name] = int(value)
+    shapes = apply_shapes(config.problem.reference, args.shape, config.problem.shapes, ignore_unknown=False)
     config = dataclasses.replace(config, problem=dataclasses.replace(config.problem, shapes=shapes))
     sources = stream(config, args.candidates)
     rows = []
