@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.shapes import apply_shapes  # noqa: E402
 from evolve.config import Config, ConfigError, PlatformName, load_config  # noqa: E402
-from evolve.dispatch import InProcessDispatcher  # noqa: E402
+from evolve.dispatch import InProcessDispatcher, evaluator_info  # noqa: E402
 from evolve.loop import Search, SearchError, run_search  # noqa: E402
 from evolve.session import make_dispatcher, search_space  # noqa: E402
 from fitness import CutoffError, EvalResult, ProblemError  # noqa: E402
@@ -165,8 +165,7 @@ def _dispatcher(config: Config, evaluator_factory: Callable[[Config], Any] | Non
             yield made
         return
     with evaluator_factory(config) as evaluator, InProcessDispatcher(evaluator) as dispatcher:
-        yield dispatcher, {"platform": evaluator.platform.name, "device_name": evaluator.platform.device_name(),
-                           "cutoff": evaluator.cutoff}
+        yield dispatcher, evaluator_info(evaluator)
 
 
 def _session(where: dict[str, Any]) -> dict[str, Any]:

@@ -14,6 +14,7 @@ import os
 import threading
 from typing import Any
 
+from evolve.dispatch import evaluator_info
 from fitness import CutoffError, EvalResult, EvalSettings, Evaluator, ProblemError
 from fitness.lane import TimingLane
 from platforms import PlatformUnavailable
@@ -70,8 +71,7 @@ class EvaluatorActor:
         """Build one evaluator for ``spec``; where this actor evaluates (pid, platform, device, cutoff)."""
         evaluator = self._take(spec)
         try:
-            return {"pid": os.getpid(), "platform": evaluator.platform.name,
-                    "device_name": evaluator.platform.device_name(), "cutoff": evaluator.cutoff}
+            return {"pid": os.getpid(), **evaluator_info(evaluator)}
         finally:
             self._give_back(spec, evaluator)
 

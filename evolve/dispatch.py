@@ -92,6 +92,12 @@ class Dispatcher(abc.ABC):
         self.close()
 
 
+def evaluator_info(evaluator: Any) -> dict[str, Any]:
+    """Where ``evaluator`` judges: its platform, device name and cutoff (what a run records)."""
+    return {"platform": evaluator.platform.name, "device_name": evaluator.platform.device_name(),
+            "cutoff": evaluator.cutoff}
+
+
 class Evaluates(Protocol):
     """What ``InProcessDispatcher`` needs: a ``fitness.Evaluator``, or a test's fake."""
 

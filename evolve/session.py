@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from evolve.config import Config, ConfigError, PlatformName, config_from_dict, load_config
-from evolve.dispatch import Dispatcher, InProcessDispatcher
+from evolve.dispatch import Dispatcher, InProcessDispatcher, evaluator_info
 from evolve.loop import Search, run_search
 from evolve.population import Candidate
 from evolve.ray_dispatch import EvaluatorSpec, RayDispatcher
@@ -197,8 +197,7 @@ def make_dispatcher(config: Config) -> Iterator[tuple[Dispatcher, dict[str, Any]
     try:
         if not uses_ray(config):
             with make_evaluator(config) as evaluator, InProcessDispatcher(evaluator) as dispatcher:
-                yield dispatcher, {"platform": evaluator.platform.name,
-                                   "device_name": evaluator.platform.device_name(), "cutoff": evaluator.cutoff}
+                yield dispatcher, evaluator_info(evaluator)
             return
         cluster = config.cluster
         with RayDispatcher(evaluator_spec(config), num_actors=cluster.actors, address=cluster.address,
