@@ -15,17 +15,40 @@ HTTP error such as 429 (a rate limit).
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import json
 import re
+import socket
 import threading
 import time
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "llm"
 MARKER = re.compile(r"replay-case:\s*([A-Za-z0-9_\-]+)")
+
+
+@contextlib.contextmanager
+def loopback_only() -> Iterator[None]:
+    """Fail any connection that would leave the machine (telemetry, a price-table download, ...)."""
+    outside: list = []
+    connect = socket.socket.connect
+
+    def guarded(sock, address):
+        if sock.family in (socket.AF_INET, socket.AF_INET6) and address[0] not in ("127.0.0.1", "::1"):
+            outside.append(address)
+            raise OSError(f"test blocked a connection to {address}")
+        return connect(sock, address)
+
+    socket.socket.connect = guarded
+    try:
+        yield
+    finally:
+        socket.socket.connect = connect
+    assert outside == [], f"connections outside 127.0.0.1: {outside}"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import socket
 import sqlite3
 
 import pytest
@@ -33,7 +32,7 @@ from evolve.variation import FAILED_EVENT
 from operators import BUDGET_EXHAUSTED, LLM_CROSSOVER, LLM_MUTATION, LLM_SEED, MUTATION
 from population_store import RunStore
 from tests.conftest import PROBLEMS, SMALL_SHAPES
-from tests.llm_replay_server import FIXTURES, Reply, ReplayServer
+from tests.llm_replay_server import FIXTURES, Reply, ReplayServer, loopback_only
 from tests.test_evolve import Crash, CrashingDispatcher, FakeEvaluator
 
 MODEL = "openai/gpt-4o-mini"  # litellm has its price; served here by the stand-in
@@ -127,24 +126,13 @@ REPLY_USD = (2000 * 0.15 + 400 * 0.6) / 1e6
 @contextlib.contextmanager
 def offline():
     """An API key for the stand-in, and no connection but to 127.0.0.1 (any other fails the test)."""
-    outside: list = []
-    connect = socket.socket.connect
-
-    def guarded(sock, address):
-        if sock.family in (socket.AF_INET, socket.AF_INET6) and address[0] not in ("127.0.0.1", "::1"):
-            outside.append(address)
-            raise OSError(f"test blocked a connection to {address}")
-        return connect(sock, address)
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(socket.socket, "connect", guarded)
+    with loopback_only(), pytest.MonkeyPatch.context() as patch:
         patch.setenv("OPENAI_API_KEY", "sk-test-kevo-0123456789abcdef")
         yield
-    assert outside == [], f"connections outside 127.0.0.1: {outside}"
 
 
 @pytest.fixture(autouse=True)
-def loopback_only():
+def offline_and_loopback_only():
     with offline():
         yield
 

@@ -10,7 +10,6 @@ clear result, and a resumed run must not pay for a reply twice.
 from __future__ import annotations
 
 import logging
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -37,7 +36,7 @@ from operators.llm import (
 )
 from platforms.guidance import guidance
 from population_store import RunStore
-from tests.llm_replay_server import Reply, ReplayServer
+from tests.llm_replay_server import Reply, ReplayServer, loopback_only
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = (ROOT / "problems" / "elementwise" / "reference.py").read_text()
@@ -49,20 +48,9 @@ RESULT = {"status": "accepted", "runtime_ms": 0.5, "runtime_spread": 0.02, "refe
 
 
 @pytest.fixture(autouse=True)
-def loopback_only(monkeypatch):
-    """Fail any connection that would leave the machine (telemetry, a price-table download, ...)."""
-    outside: list = []
-    connect = socket.socket.connect
-
-    def guarded(sock, address):
-        if sock.family in (socket.AF_INET, socket.AF_INET6) and address[0] not in ("127.0.0.1", "::1"):
-            outside.append(address)
-            raise OSError(f"test blocked a connection to {address}")
-        return connect(sock, address)
-
-    monkeypatch.setattr(socket.socket, "connect", guarded)
-    yield
-    assert outside == [], f"connections outside 127.0.0.1: {outside}"
+def only_loopback():
+    with loopback_only():
+        yield
 
 
 @pytest.fixture(autouse=True)
