@@ -255,7 +255,7 @@ def run_sweep(entries: list[Entry], sweep_dir: Path, start: Starter, resume: Res
     outcomes = []
     for entry in entries:
         run_dir = sweep_dir / entry.name
-        outcome = Outcome(entry.name, "skipped", entry.skip) if entry.skip else _previous(entry, run_dir)
+        outcome = _previous(entry, run_dir)
         if outcome is None:
             try:
                 if (run_dir / "run.sqlite").exists():
@@ -316,7 +316,7 @@ def sweep_status(entries: list[Entry], sweep_dir: Path) -> list[Outcome]:
     outcomes = []
     for entry in entries:
         run_dir = sweep_dir / entry.name
-        outcome = Outcome(entry.name, "skipped", entry.skip) if entry.skip else _previous(entry, run_dir)
+        outcome = _previous(entry, run_dir)
         if outcome is None:
             started = (run_dir / "run.sqlite").is_file()
             outcome = _outcome(entry, run_dir, "cut short", "") if started else Outcome(entry.name, "not started")
@@ -325,7 +325,9 @@ def sweep_status(entries: list[Entry], sweep_dir: Path) -> list[Outcome]:
 
 
 def _previous(entry: Entry, run_dir: Path) -> Outcome | None:
-    """The outcome of a run that already ended (stopped, or failed), else None."""
+    """The outcome of a run that already ended (skipped, stopped, or failed), else None."""
+    if entry.skip:
+        return Outcome(entry.name, "skipped", entry.skip)
     failed = run_dir / "failed.json"
     if failed.is_file():
         return Outcome(**json.loads(failed.read_text(encoding="utf-8")))
