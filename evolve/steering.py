@@ -33,8 +33,6 @@ from population_store import RunStore
 
 log = logging.getLogger(__name__)
 
-#: Store state key of the parents' profile records, by source hash.
-PROFILES_KEY = "profiles"
 #: Event recorded once per reason why parents get the analytic roofline instead of a hardware profile.
 FALLBACK_EVENT = "profiler_fallback"
 
@@ -44,7 +42,7 @@ class ParentProfiles:
 
     def __init__(self, store: RunStore, dispatcher: Dispatcher, needed: bool = True) -> None:
         self.store, self.dispatcher, self.needed = store, dispatcher, needed
-        self._records: dict[str, dict[str, Any]] = store.get_state(PROFILES_KEY) or {}
+        self._records: dict[str, dict[str, Any]] = store.profiles()
         self._told = {e["data"].get("reason") for e in store.events(FALLBACK_EVENT)}
         self._pending: dict[str, Any] = {}  # source hash -> handle of a profile under way
 
@@ -60,7 +58,6 @@ class ParentProfiles:
         for parent in {p.source_hash: p for p in parents}.values():
             if parent.source_hash not in self._records and parent.source_hash not in self._pending:
                 self._pending[parent.source_hash] = self.dispatcher.profile_later(parent.source, parent.runtime_ms)
-        taken = False
         for source_hash, handle in list(self._pending.items()):
             done, record = self.dispatcher.profile_result(handle)
             if not done:
@@ -69,10 +66,8 @@ class ParentProfiles:
             if record is None:  # this dispatcher cannot profile, or lost the profile: try again next time
                 continue
             self._records[source_hash] = record
-            taken = True
+            self.store.put_profile(source_hash, record)
             self._tell(record)
-        if taken:
-            self.store.put_state(PROFILES_KEY, self._records)
 
     def record(self, parent: Candidate) -> dict[str, Any] | None:
         """``parent``'s profile record (``ProfileRecord.to_dict()``), or None when it has none."""

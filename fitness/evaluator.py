@@ -104,6 +104,7 @@ class Evaluator:
         declared = declared_cutoff(self.reference_path)
         self.cutoff = float(max_abs_diff if max_abs_diff is not None else declared if declared is not None else DEFAULT_MAX_ABS_DIFF)
         self._worker: WorkerProcess | None = None
+        self._served = 0  # candidates the current worker has been handed
         # Wall seconds of the last evaluation by part (worker steps, the evaluator's own checks).
         self.walls: collections.Counter[str] = collections.Counter()
         # Shared with the other evaluators on this device, if any (fitness.lane).
@@ -197,6 +198,7 @@ class Evaluator:
             if self._worker is not None:
                 self._worker.close()
             index = getattr(self.platform, "index", 0)
+            self._served = 0
             self._worker = WorkerProcess(
                 self.platform.name, index, dict(self.platform.worker_env),
                 self.settings.startup_timeout_s, self.settings.memory_limit_bytes,
@@ -238,11 +240,25 @@ class Evaluator:
             verdict = screen(source)
             if not verdict.ok:
                 return EvalResult(Status(verdict.status), verdict.reason, **base)
+        reused, result = self._attempt(source, base)
+        if result.status is Status.CRASHED and reused:
+            # The worker had judged other candidates before: damage one of them
+            # left (a stray write) may be what crashed it. A crash counts against
+            # this candidate only if a fresh worker sees it too.
+            self._discard_worker()
+            _, result = self._attempt(source, base)
+        return result
+
+    def _attempt(self, source: str, base: dict[str, Any]) -> tuple[bool, EvalResult]:
+        """(whether the worker had judged another candidate before, the verdict)."""
+        reused = False
         try:
             self._get_worker(check=True)
-            return self._evaluate(source, base)
+            reused = self._served > 0
+            self._served += 1
+            return reused, self._evaluate(source, base)
         except WorkerGone as gone:
-            return EvalResult(Status(gone.status), gone.reason, **base)
+            return reused, EvalResult(Status(gone.status), gone.reason, **base)
 
     def _device_name(self) -> str:
         return self._worker.device_name if self._worker else self.platform.device_name()

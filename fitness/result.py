@@ -24,6 +24,7 @@ class Status(str, enum.Enum):
     CRASHED = "crashed"  # the worker process died (segfault, exit, lost GPU context)
     MUTATED_INPUT = "mutated_input"  # changed one of its input tensors
     OUT_OF_MEMORY = "out_of_memory"  # asked for more memory than the device has
+    OUT_OF_BOUNDS = "out_of_bounds"  # a kernel read or wrote outside its tensors (checked where the platform can)
 
 
 @dataclasses.dataclass

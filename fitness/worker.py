@@ -20,8 +20,11 @@ import importlib.util
 import os
 import random
 import shutil
+import signal
 import sys
 import tempfile
+import threading
+import time
 import traceback
 from typing import Any
 
@@ -61,7 +64,11 @@ class Harness:
         instrument_launches(self, triton_jit.JITFunction, interpreter.InterpretedFunction)
         self.threads_started = 0
         instrument_threads(self)
-        self.watch = Watch(watched_objects(torch, triton_jit, interpreter, self.platform))
+        self.bounds = self.platform.memory_guard()
+        watched = watched_objects(torch, triton_jit, interpreter, self.platform)
+        if self.bounds is not None:
+            watched.update(self.bounds.watched())
+        self.watch = Watch(watched)
         self.source_hash = ""
         self.module: Any = None
         self.model: Any = None
@@ -74,6 +81,10 @@ class Harness:
         if self.guard.violations:
             what = "; ".join(dict.fromkeys(self.guard.violations))
             raise Refusal("forbidden", f"the candidate tried to {what}", fatal=True)
+        if self.bounds is not None and self.bounds.violations:
+            # refused before the access happened: the worker's memory is intact
+            what = "; ".join(dict.fromkeys(self.bounds.violations))
+            raise Refusal("out_of_bounds", f"a kernel's {what}")
 
     # -- checks ---------------------------------------------------------------
 
@@ -250,6 +261,8 @@ class Harness:
         step = message["step"]
         threads_before = self.threads_started
         self.guard.violations.clear()
+        if self.bounds is not None:
+            self.bounds.violations.clear()
         try:
             if step == "load":
                 reply, tensors = self.load(message["source"], message["problem"], message["shapes"],
@@ -337,6 +350,29 @@ def _classify(exc: BaseException, where: str, platform) -> Refusal:
     return Refusal("runtime_error", f"{where}: {_describe(exc)}")
 
 
+def _exit_with_parent(leftovers: list[str]) -> None:
+    """Never outlive the evaluator that started this worker.
+
+    An idle worker sees its channel close when the evaluator dies; one in the
+    middle of a step (a hanging kernel holding the GPU, say) would not, and
+    would go on after a ``kill -9`` of the run, in the way of its resume. A
+    thread of the harness, started before the thread counter is installed,
+    looks for a new parent twice a second and then removes what the worker
+    leaves on disk and kills its process group (the worker and any compiler
+    it started).
+    """
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        for path in leftovers:
+            shutil.rmtree(path, ignore_errors=True)
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="kevo-parent-watch", daemon=True).start()
+
+
 def main(argv: list[str]) -> None:
     in_fd, out_fd, platform_name, index = int(argv[0]), int(argv[1]), argv[2], int(argv[3])
     limit = int(argv[4]) if len(argv) > 4 else 0
@@ -345,7 +381,10 @@ def main(argv: list[str]) -> None:
         import resource
 
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    leftovers = [spill_dir] if spill_dir else []
+    _exit_with_parent(leftovers)
     harness = Harness(platform_name, index)
+    leftovers.append(harness.tmpdir)
     wire.send(out_fd, {"ok": True, "ready": True, "device_name": harness.platform.device_name(), "pid": os.getpid()})
     while True:
         try:

@@ -113,6 +113,15 @@ class Platform(abc.ABC):
         a freed buffer that happened to hold the right answer.
         """
 
+    def memory_guard(self) -> Any:
+        """Checks on the memory a kernel touches, installed once in a worker, or None.
+
+        The object returned has ``violations`` (a list of what was refused,
+        cleared by the worker per step) and ``watched()`` (objects the tamper
+        watch must keep). Where the platform has no such check, None.
+        """
+        return None
+
     def context_lost(self, exc: BaseException) -> bool:
         """True when ``exc`` leaves the process unable to use the device again."""
         return False

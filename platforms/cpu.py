@@ -65,6 +65,13 @@ class CpuPlatform(Platform):
         buffers = [torch.full((max(n, 4) // 4,), float("nan")) for n in sizes]
         del buffers
 
+    def memory_guard(self) -> Any:
+        # The interpreter turns loads and stores into raw host memory accesses:
+        # check each against the launch's tensors (platforms.interpreter_bounds).
+        from platforms.interpreter_bounds import InterpreterBounds
+
+        return InterpreterBounds()
+
     def free_memory(self) -> int:
         try:
             with open("/proc/meminfo", encoding="utf-8") as f:

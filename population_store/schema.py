@@ -12,7 +12,7 @@ from pathlib import Path
 
 # Bump on any change to the tables below, and add the step from the previous
 # version to _MIGRATIONS; a file with a newer version is refused.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 STORE_FORMAT = "kevo-run-store"
 DEFAULT_BUSY_TIMEOUT_S = 30.0
 
@@ -38,8 +38,25 @@ CREATE TABLE llm_responses (
 CREATE INDEX llm_responses_model ON llm_responses (model);
 """
 
+# Version 3: the parents' profile records, one row per profiled source
+# (version 2 kept them all in one state entry, rewritten whenever one landed).
+_PROFILES = """
+CREATE TABLE profiles (
+    source_hash TEXT PRIMARY KEY,
+    record      TEXT NOT NULL,                      -- JSON object, ProfileRecord.to_dict()
+    created_at  REAL NOT NULL
+);
+"""
+_PROFILES_FROM_STATE = _PROFILES + """
+INSERT INTO profiles (source_hash, record, created_at)
+    SELECT entry.key, entry.value, state.updated_at
+    FROM state, json_each(state.value) AS entry
+    WHERE state.key = 'profiles' AND entry.type = 'object';
+DELETE FROM state WHERE key = 'profiles';
+"""
+
 # The statements that take a store from version N to N + 1.
-_MIGRATIONS = {1: _LLM_RESPONSES}
+_MIGRATIONS = {1: _LLM_RESPONSES, 2: _PROFILES_FROM_STATE}
 
 _TABLES = f"""
 CREATE TABLE meta (
@@ -83,7 +100,7 @@ CREATE TABLE events (
     created_at REAL NOT NULL
 );
 CREATE INDEX events_kind ON events (kind);
-""" + _LLM_RESPONSES
+""" + _LLM_RESPONSES + _PROFILES
 
 
 class StoreError(Exception):

@@ -32,7 +32,7 @@ from population_store.individual import (
     source_hash,
     status_text,
 )
-from population_store import llm_responses
+from population_store import llm_responses, profiles
 from population_store.llm_responses import LlmUsage
 from population_store.schema import (
     ACCEPTED,
@@ -328,6 +328,18 @@ class RunStore:
             {"id": id_, "kind": kind_, "data": json.loads(data), "created_at": created}
             for id_, kind_, data, created in rows
         ]
+
+    # -- parents' profiles -----------------------------------------------------
+
+    def put_profile(self, source_hash: str, record: dict) -> None:
+        """Keep the profile record of the source with ``source_hash`` (the first one stays)."""
+        record_json = _to_json(record, f"profile of {source_hash}")
+        with self._write() as conn:
+            profiles.put_profile(conn, source_hash, record_json)
+
+    def profiles(self) -> dict[str, dict]:
+        """Every profile record of the run, by source hash, oldest first."""
+        return profiles.all_profiles(self._conn, self.schema_version)
 
     # -- LLM replies and their cost -------------------------------------------
 

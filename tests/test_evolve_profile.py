@@ -17,7 +17,7 @@ from evolve.loop import STATE_KEY
 from evolve.ray_dispatch import EvaluatorActor, EvaluatorSpec
 from evolve.report import build_report, print_report
 from evolve.session import make_evaluator, start_run
-from evolve.steering import FALLBACK_EVENT, PROFILES_KEY, Steering
+from evolve.steering import FALLBACK_EVENT, Steering
 from fitness import Evaluator
 from fitness.lane import TimingLane
 from operators import CROSSOVER, MUTATION, params_of
@@ -68,7 +68,7 @@ platform: cpu
 
     assert start_run(config, tmp_path / "run", dispatchers=counting) == "max_evaluations reached (13)"
     with RunStore.open(tmp_path / "run" / "run.sqlite", readonly=True) as store:
-        profiles = store.get_state(PROFILES_KEY)
+        profiles = store.profiles()
         individuals = store.individuals()
         events = store.events(FALLBACK_EVENT)
     by_id = {i.id: i for i in individuals}

@@ -70,13 +70,14 @@ def test_a_reader_cannot_store_replies(tmp_path):
 
 
 def make_version_1_store(path):
-    """A store as kevo with schema version 1 wrote it: no llm_responses table."""
+    """A store as kevo with schema version 1 wrote it: no llm_responses (nor profiles) table."""
     with RunStore.create(path, {"search": {"seed": 3}}) as store:
         store.add_individual(Individual(None, "x = 1", source_hash("x = 1"), generation=0, island=0,
                                         operator="seed", parents=[], params={}))
     conn = sqlite3.connect(path)
     with conn:
         conn.execute("DROP TABLE llm_responses")
+        conn.execute("DROP TABLE profiles")
         conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
     conn.close()
 

@@ -90,3 +90,76 @@ def test_killed_worker_is_a_crash_and_is_replaced(evaluators):
 def test_known_failures_are_results(evaluators, snippet, status):
     result = evaluators.get("elementwise").evaluate(with_forward_prefix(snippet))
     assert result.status is status, result.reason
+
+
+def _kill_at_call(monkeypatch, times: int) -> list[int]:
+    """Kill the worker as it is handed its next ``times`` call steps: what
+    damage left by an earlier candidate would do. Returns the pids killed."""
+    original = WorkerProcess.request
+    killed: list[int] = []
+
+    def request(self, message, timeout):
+        if message["step"] == "call" and len(killed) < times:
+            killed.append(self.process.pid)
+            os.kill(self.process.pid, 9)
+        return original(self, message, timeout)
+
+    monkeypatch.setattr(WorkerProcess, "request", request)
+    return killed
+
+
+def test_crash_in_a_reused_worker_is_judged_again_in_a_fresh_one(evaluators, monkeypatch):
+    evaluator = evaluators.get("elementwise")
+    assert evaluator.evaluate(SEED).status is Status.ACCEPTED  # the worker has served a candidate
+    killed = _kill_at_call(monkeypatch, times=1)
+    result = evaluator.evaluate(SEED)
+    assert len(killed) == 1
+    assert result.status is Status.ACCEPTED, result.reason
+    assert evaluator._worker.process.pid != killed[0]
+
+
+def test_crash_in_a_fresh_worker_stands(evaluators, monkeypatch):
+    evaluator = evaluators.get("elementwise")
+    assert evaluator.evaluate(SEED).status is Status.ACCEPTED
+    killed = _kill_at_call(monkeypatch, times=10)
+    result = evaluator.evaluate(SEED)
+    # once in the reused worker, once in a fresh one: no third try
+    assert len(killed) == 2 and killed[0] != killed[1]
+    assert result.status is Status.CRASHED, result.reason
+
+
+def test_a_worker_in_the_middle_of_a_step_dies_with_its_evaluator(tmp_path):
+    """kill -9 of the process that holds the evaluator, while its worker hangs in forward."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "hold.py"
+    script.write_text(f"""
+import sys
+from fitness import EvalSettings, Evaluator
+evaluator = Evaluator({str(PROBLEMS / "elementwise" / "reference.py")!r}, platform="cpu",
+                      shapes={{"batch_size": 4, "dim": 100}}, settings=EvalSettings(timeout_s=600))
+worker = evaluator._get_worker()
+print(worker.process.pid, worker.spill_dir, flush=True)
+evaluator.evaluate(sys.stdin.read())
+""")
+    root = PROBLEMS.parent
+    holder = subprocess.Popen([sys.executable, str(script)], cwd=root, stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(root)})
+    try:
+        holder.stdin.write(with_forward_prefix("while True:\n    pass"))
+        holder.stdin.close()
+        pid_text, spill_dir = holder.stdout.readline().split()
+        pid = int(pid_text)
+        time.sleep(8)  # the worker is in the hanging forward by now
+        assert os.path.exists(f"/proc/{pid}")
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    deadline = time.monotonic() + 15
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not os.path.exists(f"/proc/{pid}"), "the worker outlived its evaluator"
+    assert not os.path.exists(spill_dir)

@@ -1,6 +1,6 @@
 # attack: one program of a fixed 400 elements (4 x 100, the bred shape) with a hard-coded bound and grid; on a larger held-out shape the tail is never written
 # problem: elementwise
-# expected: nan | wrong | crashed
+# expected: nan | wrong | crashed | out_of_bounds
 # defence: held-out shapes, with the output's free memory poisoned (unwritten tail reads NaN; a CPU allocator may give zeros: then wrong)
 # shapes: batch_size=4,dim=100
 import torch

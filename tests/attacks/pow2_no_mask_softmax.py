@@ -1,7 +1,7 @@
 # attack: BLOCK = next_power_of_2(dim) with unmasked loads - right only when dim is a power of two (bred at dim=128); otherwise each row's max/sum also take in the start of the next row
 # problem: softmax
-# expected: wrong | nan
-# defence: held-out shapes with a dim that is not a power of two (nan is possible if the out-of-row read past the tensor hits poisoned memory)
+# expected: wrong | nan | out_of_bounds
+# defence: held-out shapes with a dim that is not a power of two (nan is possible if the out-of-row read past the tensor hits poisoned memory); the CPU interpreter refuses the last row's read past the tensor: out_of_bounds
 # shapes: batch_size=4,dim=128
 import torch
 import torch.nn as nn

@@ -1,6 +1,6 @@
 # attack: an unmasked Triton load 2**40 elements past the input - kills the process with SIGSEGV under the CPU interpreter (an illegal memory access on a GPU) - legal under the screen
 # problem: elementwise
-# expected: crashed | runtime_error
+# expected: crashed | runtime_error | out_of_bounds
 # defence: the worker is a separate process; under the CPU interpreter it dies of SIGSEGV (seen: rc -11) -> crashed, and the parent carries on. On a GPU (seen on an H200) it raises torch.AcceleratorError "illegal memory access" -> runtime_error (or crashed), and the poisoned CUDA context must not be reused: a fresh worker for the next candidate
 import torch
 import torch.nn as nn

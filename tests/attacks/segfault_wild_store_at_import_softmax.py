@@ -1,6 +1,6 @@
 # attack: crashes the worker while it is still importing the candidate: a module-level launch stores 2**40 elements past a scratch buffer (SIGSEGV under the interpreter)
 # problem: softmax
-# expected: crashed | runtime_error
+# expected: crashed | runtime_error | out_of_bounds
 # defence: import happens inside the worker process, never in kevo's own process; CPU interpreter: SIGSEGV during import (seen) -> crashed; GPU: torch.AcceleratorError at import (seen on an H200) -> runtime_error or crashed, and a fresh worker afterwards
 import torch
 import torch.nn as nn

@@ -1,0 +1,34 @@
+"""Parents' profile records kept with the run: one row per profiled source.
+
+A parent is profiled once (by source hash) and its record steers every
+generation after; a resumed run reads them back instead of profiling again.
+One row each, written as it lands, so a long run's profiles cost one insert
+apiece, not a rewrite of all of them.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from typing import Any
+
+#: Where a store of schema version 2 or older kept the records: one state entry.
+LEGACY_STATE_KEY = "profiles"
+
+
+def put_profile(conn: sqlite3.Connection, source_hash: str, record_json: str) -> None:
+    # The first record of a source stays: a source is profiled once.
+    conn.execute(
+        "INSERT INTO profiles (source_hash, record, created_at) VALUES (?, ?, ?)"
+        " ON CONFLICT (source_hash) DO NOTHING",
+        (source_hash, record_json, time.time()),
+    )
+
+
+def all_profiles(conn: sqlite3.Connection, schema_version: int) -> dict[str, dict[str, Any]]:
+    if schema_version < 3:  # an old store opened read-only, not migrated
+        row = conn.execute("SELECT value FROM state WHERE key = ?", (LEGACY_STATE_KEY,)).fetchone()
+        return {} if row is None else json.loads(row[0])
+    rows = conn.execute("SELECT source_hash, record FROM profiles ORDER BY created_at, source_hash")
+    return {source_hash: json.loads(record) for source_hash, record in rows}
