@@ -20,6 +20,7 @@ import contextlib
 import json
 import logging
 import os
+import secrets
 import sqlite3
 import time
 from pathlib import Path
@@ -91,29 +92,27 @@ class RunStore:
             raise TypeError(f"config must be a dict, not {type(config).__name__}")
         config_json = _to_json(config, "the run config")
         path.parent.mkdir(parents=True, exist_ok=True)
+        if path.exists():
+            raise _exists(path)
+        # Built beside its place and linked there once complete: a reader (kevo
+        # report, a sweep's summary) never finds a store without its tables,
+        # and the link claims the path atomically, so two runs cannot both
+        # create it.
+        draft = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.draft")
         try:
-            # "x" claims the path atomically: two runs cannot both create it.
-            with open(path, "x"):
-                pass
-        except FileExistsError:
-            raise FileExistsError(
-                f"run store {path} already exists; resume that run or choose "
-                "another run directory"
-            ) from None
-        try:
-            conn = connect(path, readonly=False, busy_timeout_s=busy_timeout_s)
+            conn = connect(draft, readonly=False, busy_timeout_s=busy_timeout_s)
             try:
-                create_tables(
-                    conn, {"config": config_json, "created_at": repr(time.time())}
-                )
-            except BaseException:
-                conn.close()
-                raise
-        except BaseException:
-            # Leave no half-made store behind to block the next attempt.
+                create_tables(conn, {"config": config_json, "created_at": repr(time.time())})
+            finally:
+                conn.close()  # the last connection: SQLite folds the WAL into the file
+            try:
+                os.link(draft, path)
+            except FileExistsError:
+                raise _exists(path) from None
+        finally:
             for suffix in ("", "-wal", "-shm"):
-                Path(f"{path}{suffix}").unlink(missing_ok=True)
-            raise
+                Path(f"{draft}{suffix}").unlink(missing_ok=True)
+        conn = connect(path, readonly=False, busy_timeout_s=busy_timeout_s)
         logger.info("created run store %s", path)
         return cls(conn, path, readonly=False)
 
@@ -414,6 +413,10 @@ class RunStore:
             ):
                 parents[child].append(parent)
         return [_individual(row, parents[row[0]]) for row in rows]
+
+
+def _exists(path: Path) -> FileExistsError:
+    return FileExistsError(f"run store {path} already exists; resume that run or choose another run directory")
 
 
 def _individual(row: tuple, parents: list[int]) -> Individual:

@@ -323,6 +323,32 @@ def test_creating_over_an_existing_file_fails_and_keeps_it(tmp_path):
     assert other.read_text() == "keep me"
 
 
+def test_a_store_appears_only_once_complete_and_leaves_no_draft(tmp_path, monkeypatch):
+    import population_store.store as store_module
+
+    path = tmp_path / "run.sqlite"
+    original = store_module.create_tables
+
+    def create_tables(conn, meta):
+        assert not path.exists()  # a reader polling for the file finds nothing yet
+        original(conn, meta)
+
+    monkeypatch.setattr(store_module, "create_tables", create_tables)
+    with RunStore.create(path, {"a": 1}) as store:
+        assert store.config() == {"a": 1}
+    with RunStore.open(path, readonly=True) as reader:
+        assert reader.config() == {"a": 1}
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("run.sqlite")) == []
+
+    def failing(conn, meta):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(store_module, "create_tables", failing)
+    with pytest.raises(OSError, match="disk full"):
+        RunStore.create(tmp_path / "other.sqlite", {})
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("run.sqlite")) == []
+
+
 def test_newer_schema_version_is_refused_clearly(tmp_path):
     path = tmp_path / "run.sqlite"
     RunStore.create(path, {}).close()
