@@ -79,8 +79,7 @@ def sleep_s(source: str, eval_s: float, jitter: float) -> float:
     return eval_s * (1 - jitter + 2 * jitter * fraction)
 
 
-def measure(evaluators: int, eval_s: float, per_process: int, rounds: int, jitter: float = 0.0,
-            prefetch: int = 0) -> dict:
+def measure(evaluators: int, eval_s: float, per_process: int, rounds: int, jitter: float = 0.0) -> dict:
     processes = max(1, evaluators // per_process)
     slots = evaluators // processes
     evaluations = rounds * evaluators
@@ -97,7 +96,7 @@ def measure(evaluators: int, eval_s: float, per_process: int, rounds: int, jitte
     spec = EvaluatorSpec(str(REFERENCE), platform="cpu")
     with tempfile.TemporaryDirectory() as tmp, RayDispatcher(
             spec, num_actors=processes, slots=slots, actor_class=Actor,
-            actor_options={"num_cpus": 0}, prefetch=prefetch) as dispatcher:
+            actor_options={"num_cpus": 0}) as dispatcher:
         with RunStore.create(Path(tmp) / "run.sqlite", config.to_dict()) as store:
             cpu0, t0 = time.process_time(), time.perf_counter()
             run_search(Search(store, dispatcher, config, seeds, search_space(config, seeds)))
@@ -110,8 +109,7 @@ def measure(evaluators: int, eval_s: float, per_process: int, rounds: int, jitte
     lo, hi = spans[0][1], max(start for start, _ in spans)
     inside = sum(max(0.0, min(end, hi) - max(start, lo)) for start, end in spans[1:])
     steady = 1 - inside / (evaluators * (hi - lo))
-    row = {"evaluators": evaluators, "processes": processes, "slots": slots, "prefetch": prefetch,
-           "eval_s": eval_s, "jitter": jitter,
+    row = {"evaluators": evaluators, "processes": processes, "slots": slots, "eval_s": eval_s, "jitter": jitter,
            "evaluations": done, "wall_s": wall, "ideal_s": ideal, "overhead": 1 - ideal / wall,
            "steady_overhead": steady,
            "driver_cpu_ms_per_eval": 1e3 * cpu / done}
@@ -126,19 +124,15 @@ def main() -> None:
     parser.add_argument("--per-process", type=int, default=32, help="simulated evaluators per Ray actor process")
     parser.add_argument("--rounds", type=int, default=8, help="evaluations per evaluator")
     parser.add_argument("--jitter", type=float, default=0.5, help="evaluation times spread over eval_s x [1 -/+ jitter]")
-    parser.add_argument("--prefetch", type=int, nargs="+", default=[0],
-                        help="candidates queued at each actor process beyond its slots (RayDispatcher prefetch)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     start_ray(num_cpus=os.cpu_count() or 1)
-    rows = [measure(n, args.eval_s, args.per_process, args.rounds, args.jitter, p)
-            for n in args.actors for p in args.prefetch]
-    print("| simulated evaluators | queued per process | evaluations | wall s | ideal s | end-to-end overhead "
-          "| steady-state overhead | driver CPU ms / evaluation |")
-    print("|---|---|---|---|---|---|---|---|")
+    rows = [measure(n, args.eval_s, args.per_process, args.rounds, args.jitter) for n in args.actors]
+    print("| simulated evaluators | evaluations | wall s | ideal s | end-to-end overhead | steady-state overhead "
+          "| driver CPU ms / evaluation |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['evaluators']} ({r['processes']} × {r['slots']}) | {r['prefetch']} | {r['evaluations']} "
-              f"| {r['wall_s']:.1f} "
+        print(f"| {r['evaluators']} ({r['processes']} × {r['slots']}) | {r['evaluations']} | {r['wall_s']:.1f} "
               f"| {r['ideal_s']:.1f} | {100 * r['overhead']:.1f}% | {100 * r['steady_overhead']:.1f}% "
               f"| {r['driver_cpu_ms_per_eval']:.2f} |")
     if args.out:

@@ -139,9 +139,6 @@ class ClusterConfig:
     # Candidates one actor evaluates at once; None: 3 on a GPU (two compile and
     # check while one is timed, alone on the device), 1 on the CPU.
     slots: int | None = None
-    # Candidates queued at each actor beyond its slots: a slot that frees starts
-    # the next one without waiting for the driver (many actors, one driver).
-    prefetch: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -307,7 +304,6 @@ def _check_values(config: Config, origin: str) -> None:
             "must be 0 (evaluate in this process), a positive number of actors, or left out (one per GPU)")
     require(config.cluster.slots is None or config.cluster.slots >= 1, "cluster.slots",
             "must be at least 1 (or left out: 3 per GPU actor, 1 per CPU actor)")
-    require(config.cluster.prefetch >= 0, "cluster.prefetch", "must be 0 or more")
     require(config.cluster.address is None or config.cluster.address.strip() != "", "cluster.address",
             "must name a Ray cluster (host:port, or 'auto'), or be left out to start a local one")
     require(config.fitness.timeout_s > 0, "fitness.timeout_s", "must be positive")

@@ -133,16 +133,14 @@ class _Job:
     spec: EvaluatorSpec
     actor: Any = None
     solo: bool = False  # evaluated with its actor to itself (a retry after the actor died)
-    held: int = 1  # places (slots and queue) of ``actor`` it holds
+    held: int = 1  # slots of ``actor`` it holds
 
 
 class RayDispatcher(Dispatcher):
     """Evaluates on Ray actors, one per GPU (or ``num_actors`` CPU actors without one).
 
     Each actor evaluates up to ``slots`` candidates at once (default: 3 on a
-    GPU, where two compile and check while one is timed; 1 on the CPU), and
-    holds ``prefetch`` more in its queue, so a slot that frees starts the next
-    candidate at once instead of after a round trip to the driver.
+    GPU, where two compile and check while one is timed; 1 on the CPU).
     ``address`` joins an existing cluster; ``None`` starts (or reuses) a local,
     loopback-only instance. The constructor returns once every actor has built
     an evaluator, so a problem the evaluator refuses raises here.
@@ -151,20 +149,16 @@ class RayDispatcher(Dispatcher):
 
     def __init__(self, spec: EvaluatorSpec, num_actors: int | None = None, address: str | None = None,
                  ready_timeout_s: float = 600.0, slots: int | None = None, actor_class: type | None = None,
-                 actor_options: dict[str, Any] | None = None, prefetch: int = 0) -> None:
+                 actor_options: dict[str, Any] | None = None) -> None:
         if num_actors is not None and num_actors < 1:
             raise ValueError(f"num_actors must be at least 1 (or None for one per GPU), got {num_actors}")
         if slots is not None and slots < 1:
             raise ValueError(f"slots must be at least 1, got {slots}")
-        if prefetch < 0:
-            raise ValueError(f"prefetch must be 0 or more, got {prefetch}")
         start_ray(address)
         self._ray = ray = _import_ray()
         gpus = int(ray.cluster_resources().get("GPU", 0))
         self._options, count = _actor_plan(spec.platform, gpus, num_actors)
         self.slots = slots or (DEFAULT_GPU_SLOTS if "num_gpus" in self._options else 1)
-        # Candidates handed to one actor at a time: its slots, and its queue.
-        self.depth = self.slots + prefetch
         # actor_class/actor_options: a stand-in actor with EvaluatorActor's methods (simulations, benchmarks)
         self._options = {**self._options, "max_concurrency": self.slots, **(actor_options or {})}
         self._remote = ray.remote(actor_class or EvaluatorActor)
@@ -186,9 +180,9 @@ class RayDispatcher(Dispatcher):
                 ray.kill(actor)
             raise
         for actor in self._actors:
-            self._idle.extend([actor] * self.depth)
-        log.info("evaluating on %d Ray actor(s) with %d slot(s) and %d queued each: %s", count, self.slots,
-                 prefetch, self.info["device_name"])
+            self._idle.extend([actor] * self.slots)
+        log.info("evaluating on %d Ray actor(s) with %d slot(s) each: %s", count, self.slots,
+                 self.info["device_name"])
 
     def retarget(self, spec: EvaluatorSpec) -> dict[str, Any]:
         """Evaluate later submissions against ``spec``; returns where (as ``info``).
@@ -207,7 +201,7 @@ class RayDispatcher(Dispatcher):
 
     @property
     def capacity(self) -> int:
-        return len(self._actors) * self.depth
+        return len(self._actors) * self.slots
 
     def lane_stats(self) -> list[dict[str, float]]:
         """Per actor: how busy its device's timing lane has been (see ``fitness.lane``)."""
@@ -298,12 +292,12 @@ class RayDispatcher(Dispatcher):
     def _hand_out(self) -> None:
         while self._queue:
             job = self._queue[0]
-            if job.solo:  # waits for an idle actor and keeps it; nothing is handed out meanwhile
-                actor = next((a for a in self._actors if self._idle.count(a) == self.depth), None)
+            if job.solo:  # waits for an actor with every slot free; nothing is handed out meanwhile
+                actor = next((a for a in self._actors if self._idle.count(a) == self.slots), None)
                 if actor is None:
                     return
                 self._idle = [a for a in self._idle if a is not actor]
-                job.held = self.depth
+                job.held = self.slots
             elif self._idle:
                 actor = self._idle.pop()
                 job.held = 1
@@ -357,10 +351,10 @@ class RayDispatcher(Dispatcher):
             self.pids.pop(dead, None)
             fresh = self._new_actor()  # its first evaluate call builds its evaluators
             self._actors[self._actors.index(dead)] = fresh
-            self._idle = [a for a in self._idle if a is not dead] + [fresh] * self.depth
+            self._idle = [a for a in self._idle if a is not dead] + [fresh] * self.slots
         self._deaths[job.key] += 1
         deaths = self._deaths[job.key]
-        alone = job.solo or self.depth == 1  # nobody else's candidate was on that actor
+        alone = job.solo or self.slots == 1  # nobody else's candidate could have done it
         cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if deaths >= MAX_ACTOR_DEATHS and alone:
             log.warning("candidate %s: its evaluation killed %d actors; recorded as crashed", job.key, deaths)

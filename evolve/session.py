@@ -201,7 +201,7 @@ def make_dispatcher(config: Config) -> Iterator[tuple[Dispatcher, dict[str, Any]
             return
         cluster = config.cluster
         with RayDispatcher(evaluator_spec(config), num_actors=cluster.actors, address=cluster.address,
-                           slots=cluster.slots, prefetch=cluster.prefetch) as dispatcher:
+                           slots=cluster.slots) as dispatcher:
             yield dispatcher, dict(dispatcher.info)
     except ProfilerConfigError as exc:
         raise ConfigError(str(exc)) from None

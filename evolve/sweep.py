@@ -418,7 +418,7 @@ class SharedPool:
         spec, cluster = evaluator_spec(config), config.cluster
         if self.dispatcher is None:
             self.dispatcher = RayDispatcher(spec, num_actors=cluster.actors, address=cluster.address,
-                                            slots=cluster.slots, prefetch=cluster.prefetch)
+                                            slots=cluster.slots)
         else:
             self.dispatcher.retarget(spec)
         try:

@@ -117,63 +117,6 @@ def test_an_actor_with_two_slots_checks_two_candidates_at_once_and_times_one_at_
         assert results[10].status is not Status.ACCEPTED
 
 
-def sleeping_actor_class():
-    """EvaluatorActor's methods; an evaluation sleeps ``float(source)`` seconds and says when it ran."""
-    from fitness import EvalResult
-
-    class Sleeper:
-        def __init__(self, home=None):
-            pass
-
-        def prepare(self, spec):
-            return {"pid": os.getpid(), "platform": "cpu", "device_name": "sleep", "cutoff": 1.0}
-
-        def evaluate(self, spec, source):
-            start = time.time()
-            time.sleep(float(source))
-            return os.getpid(), EvalResult(Status.ACCEPTED, f"{start} {time.time()}", max_abs_diff=0.0,
-                                           runtime_ms=1.0, runtime_spread=0.0, reference_ms=1.0,
-                                           platform="cpu", device_name="sleep")
-
-        def lane_stats(self):
-            return {}
-
-        def close(self):
-            pass
-
-    return Sleeper
-
-
-def test_a_prefetched_candidate_starts_when_a_slot_frees_without_the_driver(local_ray):
-    with RayDispatcher(spec(), num_actors=1, slots=1, prefetch=1, actor_class=sleeping_actor_class(),
-                       actor_options={"num_cpus": 0}, ready_timeout_s=WAIT_S) as d:
-        assert d.capacity == 2
-        for key in range(3):
-            d.submit(key, "0.5")
-        assert len(d.running()) == 2 and d.in_flight == 3  # one in the slot, one in the actor's queue
-        time.sleep(3.0)  # the driver does nothing meanwhile
-        asked = time.time()
-        results = dict(d.results())
-    starts = {k: float(r.reason.split()[0]) for k, r in results.items()}
-    assert sorted(results) == [0, 1, 2]
-    assert starts[1] < asked  # started by the actor on its own, when key 0 was done
-    assert starts[2] > asked  # handed out by the driver once it took a result
-
-
-def test_prefetched_candidates_of_a_killed_actor_are_evaluated_again(local_ray):
-    with RayDispatcher(spec(), num_actors=1, slots=1, prefetch=2, actor_class=sleeping_actor_class(),
-                       actor_options={"num_cpus": 0}, ready_timeout_s=WAIT_S) as d:
-        for key in range(3):
-            d.submit(key, "2.0")
-        first = d.running()[0]
-        time.sleep(0.5)
-        ray.kill(first)
-        results = dict(d.results())
-        assert sorted(results) == [0, 1, 2]
-        assert all(r.status is Status.ACCEPTED for r in results.values()), results
-        assert d.actors() and first not in d.actors()
-
-
 @pytest.fixture(scope="module")
 def dispatcher(local_ray):
     with RayDispatcher(spec(), num_actors=2, ready_timeout_s=WAIT_S) as d:
