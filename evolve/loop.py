@@ -119,10 +119,19 @@ def run_search(search: Search) -> str:
                      for island, kids in enumerate(children)]
         breeder.expect(zip([c for kids in offspring for c in kids], [c for kids in children for c in kids]))
         flight.submit([c for kids in offspring for c in kids] + ledger.leftovers())
-        flight.take(until=spare if any(offspring) else 0)  # nothing new: wait for what is in flight
+        if not any(offspring):
+            # Nothing new near the population as it stands (early on, a lone
+            # seed's neighbourhood is soon bred out): wait for the next result,
+            # which may change that, not for all in flight while slots go
+            # idle. Such a round is no generation: it counts for neither
+            # patience nor max_generations.
+            flight.take(until=max(0, len(flight.outstanding) - 1))
+            generation = state.generation
+        else:
+            flight.take(until=spare)
         landed = flight.landed()
         breeder.steering.learn(landed)
-        islands = _close(islands, landed, state, cfg, rng, generation)
+        islands = _close(islands, landed, state, cfg, rng, generation, stale=any(offspring))
         _checkpoint(store, state, generation, rng, ledger, clock, flight, breeder)
         if not any(offspring) and not landed:
             reason = "no unseen candidate is left near the population (the search space is exhausted)"

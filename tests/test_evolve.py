@@ -378,3 +378,39 @@ def test_a_pool_run_killed_with_candidates_in_flight_resumes_to_its_budget(tmp_p
     assert [r for r in stored if r[0] in {c[0] for c in committed}] == committed  # nothing committed changed
     assert len(evaluator.evaluated) == len(set(evaluator.evaluated)) == 44  # none evaluated twice
     assert state["in_flight"] == []
+
+
+class WideDispatcher(PoolDispatcher):
+    """256 evaluators; counts the times the loop handed out work with nothing in flight."""
+
+    def __init__(self, evaluator) -> None:
+        super().__init__(evaluator)
+        self.results = 0
+        self.drained = 0
+
+    @property
+    def capacity(self) -> int:
+        return 256
+
+    def submit(self, key, source):
+        if not self._queue and self.results > 1:  # past the seed, the pool had run dry
+            self.drained += 1
+        super().submit(key, source)
+
+    def next_result(self):
+        self.results += 1
+        return super().next_result()
+
+
+def test_a_bred_out_neighbourhood_waits_for_one_result_not_for_the_whole_pool(tmp_path):
+    # A lone seed has few neighbours: the first rounds breed fewer children than
+    # the pool holds, then none. Each result may open new ground, so the loop
+    # breeds again after it instead of letting every evaluator finish first.
+    config = make_config(population_size=8, max_evaluations=300)
+    pool = WideDispatcher(FakeEvaluator())
+    reason = drive(tmp_path / "run.sqlite", config, pool.evaluator, dispatcher_cls=lambda e: pool)
+    stored, state = rows(tmp_path / "run.sqlite")
+    assert reason == "max_evaluations reached (300)" and len(stored) == 300
+    assert pool.drained == 0
+    # rounds that bred nothing were no generations: patience and max_generations count bred ones
+    assert state["generation"] <= max(r[3] for r in stored)
