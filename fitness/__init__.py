@@ -5,10 +5,11 @@ nothing of Ray, SQLite or LLMs.
 """
 
 from fitness.compare import CutoffError
-from fitness.evaluator import DEFAULT_MAX_ABS_DIFF, EvalSettings, Evaluator
+from fitness.evaluator import Evaluator
 from fitness.problem import ProblemError, load_problem, shape_knobs
 from fitness.result import EvalResult, Status
 from fitness.screen import screen
+from fitness.settings import DEFAULT_MAX_ABS_DIFF, EvalSettings
 
 __all__ = [
     "DEFAULT_MAX_ABS_DIFF",

@@ -34,35 +34,12 @@ from fitness.problem import (
 from fitness.result import EvalResult, Status
 from fitness.sandbox import WorkerGone, WorkerProcess
 from fitness.screen import screen
+from fitness.settings import DEFAULT_MAX_ABS_DIFF, EvalSettings
 from fitness.lane import NoLane, TimingLane
-from platforms import Platform, Timing, TimingSettings, get_platform
+from platforms import Platform, Timing, get_platform
 from platforms.profiling import Profiler, profiler_for
 
 log = logging.getLogger(__name__)
-
-#: KernelBench's tolerance: the cutoff when neither the caller nor the problem names one.
-DEFAULT_MAX_ABS_DIFF = 1e-2
-
-
-@dataclasses.dataclass(frozen=True)
-class EvalSettings:
-    """How thoroughly a candidate is checked and timed. Defaults are the protocol."""
-
-    fixed_seeds: tuple[int, ...] = (101, 102)  # the same inputs for every candidate
-    fresh_inputs: int = 1  # secret random input sets per shape, new for every candidate
-    init_seed: int = 42  # seeds weights before Model and before ModelNew
-    timing: TimingSettings | None = None  # None: the platform's default
-    timed_checks: int = 3  # timed runs drawn from the whole window whose outputs are checked, besides the last
-    timeout_s: float = 300.0  # per step (import, one call, one timing window)
-    startup_timeout_s: float = 180.0
-    memory_limit_bytes: int = 0  # address-space cap of a CPU worker; 0: none
-    screen: bool = True  # static screen (the runtime defences stay on regardless)
-    # Profiling a parent (``Evaluator.profile``): False keeps to the analytic roofline.
-    profiler_enabled: bool = True
-    ncu_bin_path: str | None = None  # None: searched on PATH and in the vendor's directories
-    rocprof_bin_path: str | None = None
-    profile_timeout_s: float = 300.0  # per profiler call
-
 
 @dataclasses.dataclass
 class _Variant:

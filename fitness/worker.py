@@ -32,16 +32,9 @@ from fitness import wire
 from fitness.problem import Problem, build_model, load_problem, make_inputs
 from fitness.guard import Guard
 from fitness.instrument import Watch, instrument_launches, instrument_threads, watched_objects
+from fitness.refusal import Refusal, classify, describe, forbidden_reason
 from fitness.trace import INIT_OPS
 from platforms import TimingSettings, get_platform
-
-
-class Refusal(Exception):
-    """A known failure of the candidate: ends the step with ``status``."""
-
-    def __init__(self, status: str, reason: str, fatal: bool = False) -> None:
-        super().__init__(reason)
-        self.status, self.reason, self.fatal = status, reason, fatal
 
 
 class Harness:
@@ -115,7 +108,7 @@ class Harness:
             except SyntaxError as exc:
                 raise Refusal("compile_error", f"does not compile: line {exc.lineno}: {exc.msg}")
             except Exception as exc:
-                raise Refusal("compile_error", f"failed to import: {_describe(exc)}")
+                raise Refusal("compile_error", f"failed to import: {describe(exc)}")
             if not isinstance(getattr(module, "ModelNew", None), type):
                 raise Refusal("compile_error", "defines no class ModelNew")
             self.module, self.source_hash = module, digest
@@ -128,12 +121,12 @@ class Harness:
                 self.model = build_model(self.module.ModelNew, self.problem, init_seed, self.device)
         except BaseException as exc:
             if trace.violations:
-                raise Refusal("forbidden", "in __init__: " + _forbidden_reason(trace.violations))
-            raise _classify(exc, "building ModelNew", self.platform)
+                raise Refusal("forbidden", "in __init__: " + forbidden_reason(trace.violations))
+            raise classify(exc, "building ModelNew", self.platform)
         finally:
             self.trace = None
         if trace.violations:
-            raise Refusal("forbidden", "in __init__: " + _forbidden_reason(trace.violations))
+            raise Refusal("forbidden", "in __init__: " + forbidden_reason(trace.violations))
         return {"ok": True}
 
     def _inputs(self, seed: int) -> list:
@@ -152,12 +145,12 @@ class Harness:
             raise
         except BaseException as exc:  # the candidate's failure, whatever it raised
             if self.trace.violations:
-                raise Refusal("forbidden", _forbidden_reason(self.trace.violations))
-            raise _classify(exc, "running forward", self.platform)
+                raise Refusal("forbidden", forbidden_reason(self.trace.violations))
+            raise classify(exc, "running forward", self.platform)
         finally:
             trace, self.trace = self.trace, None
         if trace.violations:
-            raise Refusal("forbidden", _forbidden_reason(trace.violations))
+            raise Refusal("forbidden", forbidden_reason(trace.violations))
         if self.launches == launches_before:
             raise Refusal("forbidden", "forward launched no Triton kernel")
         return outputs
@@ -302,52 +295,6 @@ def _same_bits(torch, a, b) -> bool:
     a8 = a.contiguous().reshape(-1).view(torch.uint8)
     b8 = b.contiguous().reshape(-1).view(torch.uint8)
     return bool(torch.equal(a8, b8))
-
-
-def _compile_errors() -> tuple[type, ...]:
-    from triton.compiler.errors import CompilationError
-
-    return (CompilationError,)
-
-
-def _forbidden_reason(violations: list[str]) -> str:
-    ops = ", ".join(f"aten.{v}" for v in dict.fromkeys(violations))
-    return f"PyTorch did the work ({ops}); forward may only allocate, view and copy"
-
-
-def _safe_text(exc: BaseException) -> str:
-    """``str(exc)``, or ``""`` when the candidate's exception refuses to print."""
-    try:
-        text = str(exc)
-        return text if isinstance(text, str) else ""
-    except BaseException:
-        return ""
-
-
-def _safe_name(exc: BaseException) -> str:
-    try:
-        name = type(exc).__name__
-        return name if isinstance(name, str) else "exception"
-    except BaseException:
-        return "exception"
-
-
-def _describe(exc: BaseException) -> str:
-    lines = _safe_text(exc).strip().splitlines()
-    first = next((line for line in lines if line.strip()), "")
-    return f"{_safe_name(exc)}: {first[:300]}" if first else _safe_name(exc)
-
-
-def _classify(exc: BaseException, where: str, platform) -> Refusal:
-    text = _safe_text(exc)
-    name = _safe_name(exc)
-    if name == "OutOfMemoryError" or "out of memory" in text.lower() or "can't allocate memory" in text:
-        return Refusal("out_of_memory", f"{where}: {_describe(exc)}")
-    if platform.context_lost(exc):
-        return Refusal("crashed", f"{where}: {_describe(exc)} (device context lost)", fatal=True)
-    if name in ("CompilationError", "CompileTimeAssertionFailure") or isinstance(exc, _compile_errors()):
-        return Refusal("compile_error", f"{where}: {_describe(exc)}")
-    return Refusal("runtime_error", f"{where}: {_describe(exc)}")
 
 
 def _exit_with_parent(leftovers: list[str]) -> None:

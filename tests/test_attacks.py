@@ -70,7 +70,7 @@ def test_attack_gets_its_verdict(evaluators, device_kind, path):
 
 
 def test_a_candidate_exception_that_refuses_to_print_is_still_described():
-    from fitness.worker import _describe
+    from fitness.refusal import describe as _describe
 
     class Hostile(Exception):
         def __str__(self):

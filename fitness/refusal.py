@@ -1,0 +1,66 @@
+"""A candidate's known failures: the refusal that ends a worker step, and how an exception is told.
+
+A candidate's exception is described by type and the first line of its
+message, read defensively: an exception that refuses to print, or whose
+type name is not a string, cannot break the harness.
+"""
+
+from __future__ import annotations
+
+
+class Refusal(Exception):
+    """A known failure of the candidate: ends the step with ``status``."""
+
+    def __init__(self, status: str, reason: str, fatal: bool = False) -> None:
+        super().__init__(reason)
+        self.status, self.reason, self.fatal = status, reason, fatal
+
+
+def _compile_errors() -> tuple[type, ...]:
+    from triton.compiler.errors import CompilationError
+
+    return (CompilationError,)
+
+
+def forbidden_reason(violations: list[str]) -> str:
+    ops = ", ".join(f"aten.{v}" for v in dict.fromkeys(violations))
+    return f"PyTorch did the work ({ops}); forward may only allocate, view and copy"
+
+
+def _safe_text(exc: BaseException) -> str:
+    """``str(exc)``, or ``""`` when the candidate's exception refuses to print."""
+    try:
+        text = str(exc)
+        return text if isinstance(text, str) else ""
+    except BaseException:
+        return ""
+
+
+def _safe_name(exc: BaseException) -> str:
+    try:
+        name = type(exc).__name__
+        return name if isinstance(name, str) else "exception"
+    except BaseException:
+        return "exception"
+
+
+def describe(exc: BaseException) -> str:
+    """Type and first line (300 characters at most) of a candidate's exception."""
+    lines = _safe_text(exc).strip().splitlines()
+    first = next((line for line in lines if line.strip()), "")
+    return f"{_safe_name(exc)}: {first[:300]}" if first else _safe_name(exc)
+
+
+def classify(exc: BaseException, where: str, platform) -> Refusal:
+    """The refusal for an exception the candidate raised at ``where``: out of
+    memory, a lost device context (fatal: the worker goes), a compile error,
+    or else a runtime error."""
+    text = _safe_text(exc)
+    name = _safe_name(exc)
+    if name == "OutOfMemoryError" or "out of memory" in text.lower() or "can't allocate memory" in text:
+        return Refusal("out_of_memory", f"{where}: {describe(exc)}")
+    if platform.context_lost(exc):
+        return Refusal("crashed", f"{where}: {describe(exc)} (device context lost)", fatal=True)
+    if name in ("CompilationError", "CompileTimeAssertionFailure") or isinstance(exc, _compile_errors()):
+        return Refusal("compile_error", f"{where}: {describe(exc)}")
+    return Refusal("runtime_error", f"{where}: {describe(exc)}")
