@@ -80,3 +80,40 @@ def test_a_kernel_that_unhooks_the_checks_is_caught_past_the_screen():
         assert result.status is Status.FORBIDDEN, result.reason
         assert "replaced triton interpreter _interpreter" in result.reason
         assert evaluator.evaluate(HONEST).status is Status.ACCEPTED
+
+
+BLOCK_POINTERS = """
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def gate_kernel(x_ptr, y_ptr, out_ptr, n_rows, n_cols, BR: tl.constexpr, BC: tl.constexpr):
+    pid_r = tl.program_id(0)
+    pid_c = tl.program_id(1)
+    xb = tl.make_block_ptr(x_ptr, (n_rows, n_cols), (n_cols, 1), (pid_r * BR, pid_c * BC), (BR, BC), (1, 0))
+    yb = tl.make_block_ptr(y_ptr, (n_rows, n_cols), (n_cols, 1), (pid_r * BR, pid_c * BC), (BR, BC), (1, 0))
+    ob = tl.make_block_ptr(out_ptr, (n_rows, n_cols), (n_cols, 1), (pid_r * BR, pid_c * BC), (BR, BC), (1, 0))
+    x = tl.load(xb, boundary_check=(0, 1), padding_option="zero")
+    y = tl.load(yb, boundary_check=(0, 1), padding_option="zero")
+    first = tl.load(x_ptr)  # a scalar pointer
+    tl.store(ob, x * tl.sigmoid(y) + first * 0.0, boundary_check=STORE_CHECK)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x, y):
+        out = torch.empty_like(x)
+        r, c = x.shape
+        gate_kernel[(triton.cdiv(r, 4), triton.cdiv(c, 64))](x, y, out, r, c, BR=4, BC=64)
+        return out
+"""
+
+
+@pytest.mark.parametrize("store_check, status", [("(0, 1)", Status.ACCEPTED), ("()", Status.OUT_OF_BOUNDS)])
+def test_block_pointers_are_checked_through_their_boundary_checks(evaluators, store_check, status):
+    # 4 x 100 in 4 x 64 blocks: the second column block overhangs each row by 28 columns,
+    # and the last row's overhang lies past the end of the output
+    result = evaluators.get("elementwise").evaluate(BLOCK_POINTERS.replace("STORE_CHECK", store_check))
+    assert result.status is status, result.reason
