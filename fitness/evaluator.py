@@ -13,6 +13,7 @@ import collections
 import contextlib
 import dataclasses
 import logging
+import random
 import secrets
 import statistics
 import time
@@ -40,6 +41,9 @@ from platforms import Platform, Timing, get_platform
 from platforms.profiling import Profiler, profiler_for
 
 log = logging.getLogger(__name__)
+
+# Draws what a candidate must not predict: which held-out shapes it is checked on.
+_SECRET = secrets.SystemRandom()
 
 @dataclasses.dataclass
 class _Variant:
@@ -69,6 +73,7 @@ class Evaluator:
         settings: EvalSettings | None = None,
         lane: TimingLane | NoLane | None = None,
         dtype: str | None = None,
+        held_out_rng: random.Random | None = None,
     ) -> None:
         self.reference_path = Path(reference).resolve()
         if not self.reference_path.is_file():
@@ -92,13 +97,23 @@ class Evaluator:
         self.profiler: Profiler = profiler_for(self.platform.name, self.settings.ncu_bin_path,
                                                self.settings.rocprof_bin_path, self.settings.profiler_enabled)
         self.main = self._prepare(self.shapes, required=True)
+        # Held-out shapes in groups; each evaluation checks one of every group,
+        # chosen in secret. Derived groups are drawn in secret too (see
+        # fitness.problem.held_out_shapes): a kernel cannot know them.
+        # held_out_rng is for tests that must know the draw; None draws in secret.
+        self._held_out_rng = held_out_rng or _SECRET
         if held_out is None:
-            held_out = held_out_shapes(self.reference_path, self.shapes)
-        self.held_out: list[_Variant] = []
-        for extra in held_out:
-            variant = self._prepare({**self.shapes, **extra}, required=False)
-            if variant is not None:
-                self.held_out.append(variant)
+            groups = held_out_shapes(self.reference_path, self.shapes, rng=self._held_out_rng)
+        else:
+            groups = [[extra] for extra in held_out]
+        self._held_out_groups: list[list[_Variant]] = []
+        for group in groups:
+            variants = [v for v in (self._prepare({**self.shapes, **extra}, required=False) for extra in group)
+                        if v is not None]
+            if variants:
+                self._held_out_groups.append(variants)
+        # The held-out variants of the latest evaluation (before any: the first of each group).
+        self.held_out: list[_Variant] = [group[0] for group in self._held_out_groups]
 
     # -- the reference side ------------------------------------------------------
 
@@ -118,7 +133,8 @@ class Evaluator:
             problem = load_problem(self.reference_path, shapes, self.dtype)
             model = build_model(problem.Model, problem, self.settings.init_seed, self.device)
             references = {}
-            for seed in self.settings.fixed_seeds:
+            # Held-out shapes are checked on fresh inputs: one fixed set proves the reference works there.
+            for seed in self.settings.fixed_seeds if required else self.settings.fixed_seeds[:1]:
                 references[seed], inputs = self._reference_outputs(problem, model, seed)
                 if required:
                     check_cutoff(references[seed], inputs, self.cutoff)
@@ -242,6 +258,7 @@ class Evaluator:
 
     def _evaluate(self, source: str, base: dict[str, Any]) -> EvalResult:
         checks, worst = 0, 0.0
+        self.held_out = [self._held_out_rng.choice(group) for group in self._held_out_groups]
         for variant in [self.main, *self.held_out]:
             with self.lane.shared():
                 reply, _ = self._step({"step": "load", "source": source, "problem": str(self.reference_path),

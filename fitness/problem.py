@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import random
 import threading
 import types
 from pathlib import Path
@@ -155,14 +156,19 @@ def declared_cutoff(path: str | Path) -> float | None:
     return None if value is None else float(value)
 
 
-def held_out_shapes(path: str | Path, shapes: dict[str, int] | None = None) -> list[dict[str, int]]:
-    """Shapes a kernel is checked on besides the ones it is bred on.
+def held_out_shapes(path: str | Path, shapes: dict[str, int] | None = None,
+                    rng: random.Random | None = None, per_side: int = 3) -> list[list[dict[str, int]]]:
+    """Shapes a kernel is checked on besides the ones it is bred on, in groups:
+    each evaluation checks one shape of every group.
 
-    The problem's ``HELD_OUT_SHAPES`` when it declares them; otherwise two
-    variants derived from the knobs: every constant of at least 8 shrinks by
-    about a quarter in one and grows by about a quarter in the other, to odd
-    values that are not powers of two, so a kernel that hard-codes its shape,
-    its bounds or its grid, or forgets a mask, fails.
+    The problem's ``HELD_OUT_SHAPES`` when it declares them (a group of one
+    each). Otherwise two groups derived from the knobs: ``per_side`` smaller
+    and ``per_side`` larger variants, every constant of at least 8 drawn with
+    ``rng`` from roughly 65-85% (or 110-130%) of its value, as an odd number
+    that is not a power of two, so a kernel that hard-codes its shape, its
+    bounds or its grid, or forgets a mask, fails. Drawn with a secret ``rng``
+    (the evaluator's), the shapes cannot be known in advance, so a kernel
+    cannot special-case them either.
     """
     path = Path(path)
     _, tree = _parse(path)
@@ -170,28 +176,40 @@ def held_out_shapes(path: str | Path, shapes: dict[str, int] | None = None) -> l
     if declared is not None:
         if not isinstance(declared, list) or not all(isinstance(d, dict) for d in declared):
             raise ProblemError(f"HELD_OUT_SHAPES in {path} must be a list of dicts")
-        return declared
+        return [[d] for d in declared]
     base = {k.name: k.value for k in shape_knobs(path)}
     base.update(shapes or {})
-    smaller = {name: derive_held_out(value) for name, value in base.items() if value >= _MIN_PERTURBED}
-    larger = {name: derive_held_out(value, grow=True) for name, value in base.items() if value >= _MIN_PERTURBED}
-    return [smaller, larger] if smaller else []
+    knobs = {name: value for name, value in base.items() if value >= _MIN_PERTURBED}
+    if not knobs:
+        return []
+    rng = rng or random.Random(0)
+    groups = []
+    for grow in (False, True):
+        group: list[dict[str, int]] = []
+        for _ in range(per_side):
+            variant = {name: draw_held_out(value, rng, grow) for name, value in knobs.items()}
+            if variant not in group:
+                group.append(variant)
+        groups.append(group)
+    return groups
 
 
-def derive_held_out(value: int, grow: bool = False) -> int:
-    """A nearby smaller (or larger) size that is odd and not a power of two.
+def draw_held_out(value: int, rng: random.Random, grow: bool = False) -> int:
+    """A nearby smaller (or larger) size, odd and not a power of two, drawn with ``rng``.
 
-    >>> derive_held_out(16), derive_held_out(1024), derive_held_out(100)
-    (11, 767, 73)
-    >>> derive_held_out(16, grow=True), derive_held_out(1024, grow=True)
-    (21, 1281)
+    >>> r = random.Random(1)
+    >>> all(65 <= draw_held_out(100, r) <= 85 for _ in range(50))
+    True
+    >>> all(110 <= draw_held_out(100, r, grow=True) <= 130 for _ in range(50))
+    True
     """
-    if grow:
-        return value + value // 4 + 1 + (value // 4) % 2
-    new = value - value // 4 - 1
-    if new % 2 == 0:
-        new -= 1
-    return max(new, 3)
+    lo, hi = (value + value // 10, value + value * 3 // 10) if grow else (max(3, value * 65 // 100), value * 85 // 100)
+    n = rng.randint(lo, hi) | 1 if lo <= hi else 0  # odd, and so (above 1) not a power of two
+    if n > hi:
+        n -= 2
+    if n < lo or n == value:  # too small a value for a range: the nearest odd size on that side
+        return value + 1 + value % 2 if grow else max(3, value - 1 - value % 2)
+    return n
 
 
 # Problems draw from torch's global generator (KernelBench's get_inputs takes

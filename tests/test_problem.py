@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
-from fitness.problem import ProblemError, derive_held_out, held_out_shapes, load_problem, shape_knobs
+from fitness.problem import ProblemError, draw_held_out, held_out_shapes, load_problem, shape_knobs
 
 LEVEL2_STYLE = """
 import torch
@@ -68,16 +70,27 @@ def test_missing_and_broken_files_are_problem_errors(tmp_path):
         load_problem(incomplete)
 
 
-def test_derived_held_out_shapes_are_odd_smaller_and_skip_structural_constants(level2):
-    smaller, larger = held_out_shapes(level2, {"batch_size": 16})
-    assert smaller == {"batch_size": 11, "in_features": 47, "out_features": 6143}
-    assert larger == {"batch_size": 21, "in_features": 81, "out_features": 10241}
-    for value in (8, 16, 100, 1024, 65536):
-        assert derive_held_out(value) < value and derive_held_out(value) % 2 == 1
-        assert derive_held_out(value, grow=True) > value and derive_held_out(value, grow=True) % 2 == 1
+def test_derived_held_out_shapes_are_drawn_odd_and_nearby_and_skip_structural_constants(level2):
+    base = {"batch_size": 16, "in_features": 64, "out_features": 8192}
+    smaller, larger = held_out_shapes(level2, {"batch_size": 16}, rng=random.Random(5))
+    assert 1 <= len(smaller) <= 3 and 1 <= len(larger) <= 3
+    for variant in smaller + larger:
+        assert set(variant) == set(base)  # structural constants (below 8) stay as written
+        assert all(value % 2 == 1 for value in variant.values())
+    for variant in smaller:
+        assert all(0.65 * base[k] - 1 <= v < base[k] * 0.85 + 1 for k, v in variant.items())
+    for variant in larger:
+        assert all(1.1 * base[k] - 1 <= v <= base[k] * 1.3 + 1 for k, v in variant.items())
+    # another draw, other shapes: a kernel cannot know them in advance
+    assert held_out_shapes(level2, {"batch_size": 16}, rng=random.Random(6)) != [smaller, larger]
+    for value in (8, 9, 16, 100, 1024, 65536):
+        for seed in range(20):
+            rng = random.Random(seed)
+            assert 3 <= draw_held_out(value, rng) < value and draw_held_out(value, rng) % 2 == 1
+            assert draw_held_out(value, rng, grow=True) > value and draw_held_out(value, rng, grow=True) % 2 == 1
 
 
 def test_declared_held_out_shapes_win(tmp_path):
     path = tmp_path / "reference.py"
     path.write_text(LEVEL2_STYLE + "\nHELD_OUT_SHAPES = [{'batch_size': 7}]\n")
-    assert held_out_shapes(path) == [{"batch_size": 7}]
+    assert held_out_shapes(path) == [[{"batch_size": 7}]]

@@ -1,0 +1,77 @@
+"""Held-out shapes: drawn in secret, one of each group checked per evaluation.
+
+Derived held-out shapes used to follow a fixed formula (dim 100 -> 73 and
+127), so a kernel could hard-code the bred shape and those two and pass. They
+are now drawn from ranges by a secret generator; the kernel below, written
+against the old formula, is caught.
+"""
+
+from __future__ import annotations
+
+import random
+
+from tests.conftest import PROBLEMS
+
+from fitness import Evaluator, Status
+from fitness.problem import held_out_shapes
+
+REFERENCE = PROBLEMS / "elementwise" / "reference.py"
+SHAPES = {"batch_size": 4, "dim": 100}
+
+# Right at 4 x 100 and at the shapes the old formula derived from it (4 x 73,
+# 4 x 127); at any other size it covers half the elements.
+KNOWS_THE_FORMULA = """
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def gate_kernel(x_ptr, y_ptr, out_ptr, bound, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < bound
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+    y = tl.load(y_ptr + offs, mask=mask, other=0.0)
+    tl.store(out_ptr + offs, x * tl.sigmoid(y), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x, y):
+        out = torch.empty_like(x)
+        n = x.numel()
+        bound = n if n in (400, 292, 508) else n // 2
+        gate_kernel[(triton.cdiv(n, 128),)](x, y, out, bound, BLOCK=128)
+        return out
+"""
+
+
+def test_a_kernel_that_knows_a_fixed_derivation_is_caught():
+    rng = random.Random(1)
+    with Evaluator(REFERENCE, platform="cpu", shapes=SHAPES, held_out_rng=rng) as evaluator:
+        drawn = [variant.shapes["dim"] for group in evaluator._held_out_groups for variant in group]
+        assert drawn and not {73, 127} & set(drawn)  # this draw avoids the old formula's sizes
+        result = evaluator.evaluate(KNOWS_THE_FORMULA)
+        assert result.status in (Status.NAN, Status.WRONG), result.reason
+        assert "held-out shapes" in result.reason
+
+
+def test_each_evaluation_checks_one_shape_of_every_group():
+    rng = random.Random(3)
+    with Evaluator(REFERENCE, platform="cpu", shapes=SHAPES, held_out_rng=rng) as evaluator:
+        groups = evaluator._held_out_groups
+        assert len(groups) == 2 and all(len(group) >= 2 for group in groups)
+        seen = set()
+        source = (PROBLEMS / "elementwise" / "seed.py").read_text()
+        for _ in range(3):
+            assert evaluator.evaluate(source).status is Status.ACCEPTED
+            assert [v in group for v, group in zip(evaluator.held_out, groups)] == [True, True]
+            seen.add(tuple(v.shapes["dim"] for v in evaluator.held_out))
+        assert len(seen) > 1  # the choice changes from one evaluation to the next
+
+
+def test_the_secret_draw_differs_between_evaluators():
+    a = held_out_shapes(REFERENCE, SHAPES, rng=random.SystemRandom())
+    b = held_out_shapes(REFERENCE, SHAPES, rng=random.SystemRandom())
+    c = held_out_shapes(REFERENCE, SHAPES, rng=random.SystemRandom())
+    assert len({repr(a), repr(b), repr(c)}) > 1
