@@ -81,6 +81,27 @@ def _dotted(node: ast.AST) -> str | None:
     return None
 
 
+def _bound_names(statement: ast.AST) -> list[str]:
+    """Plain names a statement binds (assignments, loop targets, with-as, walrus)."""
+    targets: list[ast.AST] = []
+    if isinstance(statement, ast.Assign):
+        targets = list(statement.targets)
+    elif isinstance(statement, (ast.AnnAssign, ast.AugAssign, ast.For, ast.NamedExpr)):
+        targets = [statement.target]
+    elif isinstance(statement, ast.withitem) and statement.optional_vars is not None:
+        targets = [statement.optional_vars]
+    names = []
+    for target in targets:
+        names.extend(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+    return names
+
+
+def _binds_descriptor(statement: ast.AST) -> bool:
+    return (isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Call)
+            and isinstance(statement.value.func, ast.Attribute)
+            and statement.value.func.attr == "make_tensor_descriptor")
+
+
 def _root_name(node: ast.AST) -> str | None:
     while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
         node = node.func if isinstance(node, ast.Call) else node.value
@@ -100,6 +121,7 @@ class _Screen(ast.NodeVisitor):
         self.launched: set[str] = set()
         self.has_model_new = False
         self._in_jit = False
+        self._descriptors: set[str] = set()  # in the jit function being read: tensor descriptors
         self.language_aliases: set[str] = set()
         # The receiving parameter of each method defined in a class body, the
         # private attributes those methods set on it, and the class names.
@@ -183,7 +205,8 @@ class _Screen(ast.NodeVisitor):
             self.fail(node, f"uses private attribute {attr} (only attributes the class sets on self may be private)")
         elif attr in FORBIDDEN_ATTRIBUTES:
             self.fail(node, f"uses attribute {attr}")
-        elif attr == "load" and not self._is_triton_language(node.value):
+        elif attr == "load" and not self._is_triton_language(node.value) and not (
+                self._in_jit and isinstance(node.value, ast.Name) and node.value.id in self._descriptors):
             self.fail(node, f"uses {_dotted(node) or 'load'} (only tl.load may be called load)")
         if isinstance(node.value, ast.Name) and node.value.id in self._class_names:
             self.fail(node, f"uses {node.value.id}.{attr}: methods are called on the instance")
@@ -214,10 +237,30 @@ class _Screen(ast.NodeVisitor):
         if is_jit:
             self.jit_functions.add(node.name)
         outer, self._in_jit = self._in_jit, self._in_jit or is_jit
+        outer_descriptors = self._descriptors
+        if is_jit:
+            self._descriptors = self._descriptor_names(node)
         self._self_stack.append(self._self_name_for(node))
         self.generic_visit(node)
         self._self_stack.pop()
-        self._in_jit = outer
+        self._in_jit, self._descriptors = outer, outer_descriptors
+
+    def _descriptor_names(self, node: ast.FunctionDef) -> set[str]:
+        """Names a jit function binds to ``tl.make_tensor_descriptor(...)``: their ``.load`` is Triton's."""
+        names = set()
+        for statement in ast.walk(node):
+            if (isinstance(statement, ast.Assign) and len(statement.targets) == 1
+                    and isinstance(statement.targets[0], ast.Name) and isinstance(statement.value, ast.Call)
+                    and isinstance(statement.value.func, ast.Attribute)
+                    and statement.value.func.attr == "make_tensor_descriptor"
+                    and self._is_triton_language(statement.value.func.value)):
+                names.add(statement.targets[0].id)
+        # a name bound to anything else as well is not a descriptor for sure
+        for statement in ast.walk(node):
+            for target in _bound_names(statement):
+                if target in names and not _binds_descriptor(statement):
+                    names.discard(target)
+        return names
 
     def visit_Lambda(self, node: ast.Lambda) -> None:
         self._self_stack.append(self._self_name_for(node))

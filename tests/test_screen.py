@@ -81,3 +81,30 @@ def test_structure_is_required():
     assert "ModelNew" in screen("import torch\n").reason
     no_launch = KERNEL.replace("copy[(triton.cdiv(x.numel(), 128),)](x, out, x.numel(), BLOCK=128)", "pass")
     assert "never launches" in screen(no_launch.replace("{extra}", "pass")).reason
+
+
+def test_a_tensor_descriptor_may_load_inside_a_jit_function_nothing_else_may():
+    kernel = """
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def k(x_ptr, n, B: tl.constexpr):
+    d = tl.make_tensor_descriptor(x_ptr, [n], [1], [B])
+    v = d.load([0])
+    d.store([0], v)
+    {extra}
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, x):
+        k[(1,)](x, x.numel(), B=16)
+        return x
+"""
+    assert screen(kernel.format(extra="")).ok
+    rebound = screen(kernel.format(extra="d = x_ptr\n    d.load([0])"))
+    assert not rebound.ok and "load" in rebound.reason  # bound to something else too: not a descriptor
+    other = screen(kernel.format(extra="x_ptr.load([0])"))
+    assert not other.ok and "load" in other.reason
