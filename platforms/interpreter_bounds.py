@@ -93,6 +93,12 @@ class InterpreterBounds:
             "triton GridExecutor.__call__": (executor, "__call__"),
             "InterpreterBounds.check": (InterpreterBounds, "check"),
             "InterpreterBounds._enter": (InterpreterBounds, "_enter"),
+            "InterpreterBounds._refuse": (InterpreterBounds, "_refuse"),
+            **{f"interpreter checks .{name}": (_CheckedAccess, name)
+               for name in ("load", "store", "atomic_cas", "atomic_rmw")},
+            # the checked access object's own state: what it checks with, and what it delegates to
+            "interpreter checks ._raw": (self.access, "_raw"),
+            "interpreter checks ._bounds": (self.access, "_bounds"),
         }
 
     def _enter(self, args: list) -> None:

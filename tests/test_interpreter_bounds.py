@@ -118,3 +118,19 @@ def test_tensor_descriptors_pass_the_checks_where_their_blocks_overhang():
                    shapes={"batch_size": 5, "dim": 96}, held_out=[]) as evaluator:
         result = evaluator.evaluate(TENSOR_DESCRIPTORS)
     assert result.status is Status.ACCEPTED, result.reason
+
+
+@pytest.mark.parametrize("tamper, named", [
+    ("interp._interpreter.__class__.store = interp._interpreter.__class__.load", "interpreter checks .store"),
+    ("interp._interpreter._bounds = None", "interpreter checks ._bounds"),
+])
+def test_rewiring_the_checks_past_the_screen_is_caught(tamper, named):
+    source = HONEST.replace("import triton.language as tl\n",
+                            "import triton.language as tl\nimport triton.runtime.interpreter as interp\n")
+    source = source.replace("    def forward(self, x, y):\n", f"    def forward(self, x, y):\n        {tamper}\n")
+    assert tamper in source
+    with Evaluator(PROBLEMS / "elementwise" / "reference.py", platform="cpu",
+                   shapes={"batch_size": 4, "dim": 100}, settings=EvalSettings(screen=False)) as evaluator:
+        result = evaluator.evaluate(source)
+    assert result.status is Status.FORBIDDEN, result.reason
+    assert named in result.reason
