@@ -81,25 +81,21 @@ def _dotted(node: ast.AST) -> str | None:
     return None
 
 
-def _bound_names(statement: ast.AST) -> list[str]:
-    """Plain names a statement binds (assignments, loop targets, with-as, walrus)."""
+def _bound_names(node: ast.AST) -> list[str]:
+    """Plain names ``node`` binds: assignment, loop and comprehension targets,
+    with-as, walrus, except-as and parameters."""
     targets: list[ast.AST] = []
-    if isinstance(statement, ast.Assign):
-        targets = list(statement.targets)
-    elif isinstance(statement, (ast.AnnAssign, ast.AugAssign, ast.For, ast.NamedExpr)):
-        targets = [statement.target]
-    elif isinstance(statement, ast.withitem) and statement.optional_vars is not None:
-        targets = [statement.optional_vars]
-    names = []
-    for target in targets:
-        names.extend(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
-    return names
-
-
-def _binds_descriptor(statement: ast.AST) -> bool:
-    return (isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Call)
-            and isinstance(statement.value.func, ast.Attribute)
-            and statement.value.func.attr == "make_tensor_descriptor")
+    if isinstance(node, ast.Assign):
+        targets = list(node.targets)
+    elif isinstance(node, (ast.AnnAssign, ast.AugAssign, ast.For, ast.NamedExpr, ast.comprehension)):
+        targets = [node.target]
+    elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+        targets = [node.optional_vars]
+    elif isinstance(node, ast.ExceptHandler) and node.name:
+        return [node.name]
+    elif isinstance(node, ast.arg):
+        return [node.arg]
+    return [n.id for target in targets for n in ast.walk(target) if isinstance(n, ast.Name)]
 
 
 def _root_name(node: ast.AST) -> str | None:
@@ -246,21 +242,20 @@ class _Screen(ast.NodeVisitor):
         self._in_jit, self._descriptors = outer, outer_descriptors
 
     def _descriptor_names(self, node: ast.FunctionDef) -> set[str]:
-        """Names a jit function binds to ``tl.make_tensor_descriptor(...)``: their ``.load`` is Triton's."""
-        names = set()
-        for statement in ast.walk(node):
-            if (isinstance(statement, ast.Assign) and len(statement.targets) == 1
-                    and isinstance(statement.targets[0], ast.Name) and isinstance(statement.value, ast.Call)
-                    and isinstance(statement.value.func, ast.Attribute)
-                    and statement.value.func.attr == "make_tensor_descriptor"
-                    and self._is_triton_language(statement.value.func.value)):
-                names.add(statement.targets[0].id)
-        # a name bound to anything else as well is not a descriptor for sure
-        for statement in ast.walk(node):
-            for target in _bound_names(statement):
-                if target in names and not _binds_descriptor(statement):
-                    names.discard(target)
-        return names
+        """Names a jit function binds to ``tl.make_tensor_descriptor(...)`` and to
+        nothing else (a parameter included): their ``.load`` is Triton's."""
+        bindings: dict[str, list[bool]] = {}
+        for child in ast.walk(node):
+            for name in _bound_names(child):
+                bindings.setdefault(name, []).append(self._makes_descriptor(child))
+        return {name for name, descriptor in bindings.items() if all(descriptor)}
+
+    def _makes_descriptor(self, node: ast.AST) -> bool:
+        """``name = tl.make_tensor_descriptor(...)``."""
+        return (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                and isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Attribute)
+                and node.value.func.attr == "make_tensor_descriptor"
+                and self._is_triton_language(node.value.func.value))
 
     def visit_Lambda(self, node: ast.Lambda) -> None:
         self._self_stack.append(self._self_name_for(node))

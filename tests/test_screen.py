@@ -108,3 +108,9 @@ class ModelNew(torch.nn.Module):
     assert not rebound.ok and "load" in rebound.reason  # bound to something else too: not a descriptor
     other = screen(kernel.format(extra="x_ptr.load([0])"))
     assert not other.ok and "load" in other.reason
+    # a parameter rebound to a descriptor was something else first (a module passed in, say)
+    parameter = screen(kernel.replace("d = tl.make_tensor_descriptor(x_ptr", "n = tl.make_tensor_descriptor(x_ptr")
+                       .replace("v = d.load([0])\n    d.store([0], v)", "v = n.load([0])").format(extra=""))
+    assert not parameter.ok and "load" in parameter.reason
+    looped = screen(kernel.format(extra="for d in (x_ptr,):\n        d.load([0])"))
+    assert not looped.ok and "load" in looped.reason
