@@ -26,20 +26,14 @@ from pathlib import Path  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.shapes import SMALL, SUITE  # noqa: E402
 from fitness.problem import build_model, load_problem, make_inputs  # noqa: E402
-
-PROBLEMS = ["elementwise", "softmax", "rmsnorm", "sum_middle", "matmul", "matvec"]
-SMALL = {
-    "elementwise": {"batch_size": 4, "dim": 100}, "softmax": {"batch_size": 4, "dim": 100},
-    "rmsnorm": {"batch_size": 3, "dim": 300}, "sum_middle": {"batch_size": 2, "dim1": 37, "dim2": 50},
-    "matmul": {"M": 33, "K": 47, "N": 29}, "matvec": {"M": 33, "K": 300},
-}
 
 
 def seed_models() -> dict[str, tuple]:
     """name -> (the seed's ModelNew built at small shapes, inputs)."""
     made = {}
-    for name in PROBLEMS:
+    for name in SUITE:
         folder = ROOT / "problems" / name
         problem = load_problem(folder / "reference.py", SMALL[name])
         spec = importlib.util.spec_from_file_location(f"seed_{name}", folder / "seed.py")
@@ -75,7 +69,7 @@ def main() -> None:
     InterpreterBounds()  # from here on every launch is checked
     checked = {name: median_ms(m, x, args.runs) for name, (m, x) in models.items()}
     rows = [{"problem": n, "shapes": SMALL[n], "plain_ms": plain[n], "checked_ms": checked[n],
-             "overhead": checked[n] / plain[n] - 1} for n in PROBLEMS]
+             "overhead": checked[n] / plain[n] - 1} for n in SUITE]
     print("| problem (shapes) | forward, interpreter as shipped | with bounds checks | cost |")
     print("|---|---|---|---|")
     for r in rows:

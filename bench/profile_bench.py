@@ -21,10 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.shapes import apply_shapes  # noqa: E402
+from bench.shapes import add_suite_options, apply_shapes  # noqa: E402
 from fitness import Evaluator  # noqa: E402
-
-PROBLEMS = ["elementwise", "softmax", "rmsnorm", "sum_middle", "matvec", "matmul"]
 
 
 def measure(name: str, device: str, shape_args: list[str], repeats: int) -> dict:
@@ -48,12 +46,7 @@ def measure(name: str, device: str, shape_args: list[str], repeats: int) -> dict
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--device", default="cuda")
-    parser.add_argument("--problems", nargs="*", default=PROBLEMS)
-    parser.add_argument("--shape", action="append", default=[], metavar="NAME=VALUE",
-                        help="override a shape knob of every problem that has it (repeatable)")
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--out", type=Path)
+    add_suite_options(parser, repeats=2)
     args = parser.parse_args()
     rows = [measure(name, args.device, args.shape, args.repeats) for name in args.problems]
     print("| problem | seed ms | tool | bottleneck class | profile wall s (median) |")

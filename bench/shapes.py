@@ -1,10 +1,21 @@
-"""``--shape NAME=VALUE`` options of the benchmarks, applied to a problem's shape knobs."""
+"""The benchmarks' problems and shapes: the suite, its small shapes, and
+``--shape NAME=VALUE`` options applied to a problem's shape knobs."""
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 from fitness import shape_knobs
+
+#: The suite problems under problems/, in the order the benchmarks' tables list them.
+SUITE = ["elementwise", "softmax", "rmsnorm", "sum_middle", "matmul", "matvec"]
+#: Shapes small enough for the CPU interpreter (tests/conftest.py SMALL_SHAPES are the same).
+SMALL = {
+    "elementwise": {"batch_size": 4, "dim": 100}, "softmax": {"batch_size": 4, "dim": 100},
+    "rmsnorm": {"batch_size": 3, "dim": 300}, "sum_middle": {"batch_size": 2, "dim1": 37, "dim2": 50},
+    "matmul": {"M": 33, "K": 47, "N": 29}, "matvec": {"M": 33, "K": 300},
+}
 
 
 def apply_shapes(reference: str | Path, items: list[str], base: dict[str, int] | None = None,
@@ -27,3 +38,13 @@ def apply_shapes(reference: str | Path, items: list[str], base: dict[str, int] |
         except ValueError:
             raise ValueError(f"--shape {item}: expected NAME=INTEGER") from None
     return shapes
+
+
+def add_suite_options(parser: argparse.ArgumentParser, repeats: int) -> None:
+    """--device, --problems, --shape, --repeats and --out, as the per-seed benchmarks take them."""
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--problems", nargs="*", default=SUITE)
+    parser.add_argument("--shape", action="append", default=[], metavar="NAME=VALUE",
+                        help="override a shape knob of every problem that has it (repeatable)")
+    parser.add_argument("--repeats", type=int, default=repeats)
+    parser.add_argument("--out", type=Path)

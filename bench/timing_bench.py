@@ -23,11 +23,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.shapes import SUITE  # noqa: E402
 from fitness import EvalSettings, Evaluator, Status  # noqa: E402
 from fitness.problem import make_inputs  # noqa: E402
 from platforms import get_platform  # noqa: E402
-
-PROBLEMS = ["elementwise", "softmax", "rmsnorm", "sum_middle", "matvec", "matmul"]
 
 
 def do_bench_ms(evaluator: Evaluator, seed_path: Path) -> float:
@@ -78,7 +77,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--problems", nargs="*", default=PROBLEMS)
+    parser.add_argument("--problems", nargs="*", default=SUITE)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     rows = [measure(name, args.device, args.repeats) for name in args.problems]

@@ -19,14 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.shapes import SMALL, SUITE  # noqa: E402
 from fitness import Evaluator, Status  # noqa: E402
-
-PROBLEMS = ["elementwise", "softmax", "rmsnorm", "sum_middle", "matmul", "matvec"]
-SMALL = {
-    "elementwise": {"batch_size": 4, "dim": 100}, "softmax": {"batch_size": 4, "dim": 100},
-    "rmsnorm": {"batch_size": 3, "dim": 300}, "sum_middle": {"batch_size": 2, "dim1": 37, "dim2": 50},
-    "matmul": {"M": 33, "K": 47, "N": 29}, "matvec": {"M": 33, "K": 300},
-}
 
 
 def compiled_ms(evaluator: Evaluator) -> float | None:
@@ -42,7 +36,7 @@ def compiled_ms(evaluator: Evaluator) -> float | None:
 
 def suite(device: str, small: bool) -> list[dict]:
     rows = []
-    for name in PROBLEMS:
+    for name in SUITE:
         ref = ROOT / "problems" / name / "reference.py"
         with Evaluator(ref, platform=device, shapes=SMALL[name] if small else {}) as ev:
             t0 = time.perf_counter()
