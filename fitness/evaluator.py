@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 # Draws what a candidate must not predict: which held-out shapes it is checked on.
 _SECRET = secrets.SystemRandom()
 
+
 @dataclasses.dataclass
 class _Variant:
     shapes: dict[str, int]
