@@ -8,14 +8,16 @@ it imports nothing of Ray, so it also runs, and is tested, in-process.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from evolve.dispatch import evaluator_info
-from fitness import CutoffError, EvalResult, EvalSettings, Evaluator, ProblemError
+from fitness import CutoffError, EvalResult, EvalSettings, Evaluator, PreparedProblem, ProblemError
 from fitness.lane import TimingLane
 from platforms import PlatformUnavailable
 
@@ -32,11 +34,12 @@ class EvaluatorSpec:
     settings: EvalSettings = dataclasses.field(default_factory=EvalSettings)
     dtype: str | None = None
 
-    def build(self, lane: TimingLane | None = None) -> Evaluator:
-        """The evaluator (raises ``ProblemError``, ``CutoffError``, ``PlatformUnavailable``)."""
+    def build(self, lane: TimingLane | None = None, prepared: PreparedProblem | None = None) -> Evaluator:
+        """The evaluator (raises ``ProblemError``, ``CutoffError``, ``PlatformUnavailable``);
+        ``prepared`` is the problem another evaluator of this device prepared for this spec."""
         return Evaluator(self.reference, platform=self.platform, shapes=self.shapes,
                          max_abs_diff=self.max_abs_diff, held_out=self.held_out, settings=self.settings,
-                         lane=lane, dtype=self.dtype)
+                         lane=lane, dtype=self.dtype, prepared=prepared)
 
     def __hash__(self) -> int:
         return hash(json.dumps(dataclasses.asdict(self), sort_keys=True, default=str))
@@ -50,7 +53,14 @@ class EvaluatorActor:
     checking overlap while timing takes the device's one timing lane
     (``fitness.lane``) and runs alone. Evaluators are kept per problem
     (``EvaluatorSpec``), so one pool of actors serves a sweep; only the most
-    recent problems keep theirs.
+    recent problems keep theirs. The evaluators of one problem share one
+    ``PreparedProblem`` (its reference, held-out variants and memory plan).
+
+    The memory plan decides how many evaluations run at once: as many slots
+    as fit in the device's free memory (``PreparedProblem.slots_that_fit``).
+    An evaluation that runs out of memory on kevo's side, or any that runs
+    out while others are in flight, is tried once more with the device to
+    itself, and the actor keeps one evaluation fewer in flight from then on.
 
     A problem the evaluator refuses (``ProblemError``, ...) is raised by
     ``prepare`` and ``evaluate``, so the driver sees the original error.
@@ -58,10 +68,16 @@ class EvaluatorActor:
 
     KEEP_PROBLEMS = 2
 
-    def __init__(self, home: str | None = None) -> None:
+    def __init__(self, home: str | None = None, slots: int = 1) -> None:
         if home is not None:
             os.environ["HOME"] = home  # undo the bootstrap HOME the local head was started with
         self.lane = TimingLane()
+        self.slots = slots
+        self._gate = threading.Condition()
+        self._in_flight = 0
+        self._limit: dict[EvaluatorSpec, int] = {}  # evaluations at once, per problem
+        self._prepared: dict[EvaluatorSpec, PreparedProblem] = {}
+        self._preparing = threading.Lock()  # one problem is prepared once, not once per slot
         self._lock = threading.Lock()
         self._free: dict[EvaluatorSpec, list[Evaluator]] = {}
         self._all: dict[EvaluatorSpec, list[Evaluator]] = {}
@@ -79,9 +95,32 @@ class EvaluatorActor:
         """(this actor's pid, the verdict on ``source``)."""
         evaluator = self._take(spec)
         try:
-            return os.getpid(), evaluator.evaluate(source)
+            with self._admitted(spec) as others:
+                result = evaluator.evaluate(source)
+            if result.status.value == "out_of_memory" and (result.harness_failure or others):
+                with self._lock:
+                    self._limit[spec] = max(1, self._limit.get(spec, self.slots) - 1)
+                with self._admitted(spec, alone=True):
+                    result = evaluator.evaluate(source)
+            return os.getpid(), result
         finally:
             self._give_back(spec, evaluator)
+
+    @contextlib.contextmanager
+    def _admitted(self, spec: EvaluatorSpec, alone: bool = False) -> Iterator[int]:
+        """Wait for room under the problem's limit (``alone``: for the device to itself);
+        yields how many other evaluations were in flight when this one started."""
+        with self._gate:
+            while self._in_flight >= (1 if alone else self._limit.get(spec, self.slots)):
+                self._gate.wait()
+            others = self._in_flight
+            self._in_flight += 1
+        try:
+            yield others
+        finally:
+            with self._gate:
+                self._in_flight -= 1
+                self._gate.notify_all()
 
     def profile(self, spec: EvaluatorSpec, source: str, runtime_ms: float | None) -> dict[str, Any]:
         """The profile record of ``source`` on this actor's device (``Evaluator.profile``).
@@ -122,7 +161,14 @@ class EvaluatorActor:
             self._all.setdefault(spec, [])
             self._forget_old(spec)
         try:
-            evaluator = spec.build(self.lane)
+            with self._preparing:
+                prepared = self._prepared.get(spec)
+                evaluator = spec.build(self.lane, prepared)
+                if prepared is None:
+                    self._prepared[spec] = evaluator.prepared
+                    fit = evaluator.prepared.slots_that_fit(self.slots)
+                    with self._lock:
+                        self._limit[spec] = fit
         except (ProblemError, CutoffError, PlatformUnavailable) as exc:
             with self._lock:
                 self._errors[spec] = exc
@@ -146,3 +192,5 @@ class EvaluatorActor:
             for evaluator in self._free.pop(spec, []):
                 evaluator.close()
             self._all.pop(spec)
+            self._prepared.pop(spec, None)  # busy evaluators keep theirs until they are closed
+            self._limit.pop(spec, None)

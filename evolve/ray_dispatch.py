@@ -162,6 +162,8 @@ class RayDispatcher(Dispatcher):
         # actor_class/actor_options: a stand-in actor with EvaluatorActor's methods (simulations, benchmarks)
         self._options = {**self._options, "max_concurrency": self.slots, **(actor_options or {})}
         self._remote = ray.remote(actor_class or EvaluatorActor)
+        # kevo's own actor fits its slots to the device's memory (stand-ins take none)
+        self._actor_kwargs = {"slots": self.slots} if actor_class is None else {}
         self._spec = spec
         self._ready_timeout_s = ready_timeout_s
         self._home = os.environ.get("HOME") if address is None else None
@@ -287,7 +289,7 @@ class RayDispatcher(Dispatcher):
         return {job.key: job.actor for job in self._running.values()}
 
     def _new_actor(self) -> Any:
-        return self._remote.options(**self._options).remote(self._home)
+        return self._remote.options(**self._options).remote(self._home, **self._actor_kwargs)
 
     def _hand_out(self) -> None:
         while self._queue:

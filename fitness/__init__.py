@@ -6,6 +6,7 @@ nothing of Ray, SQLite or LLMs.
 
 from fitness.compare import CutoffError
 from fitness.evaluator import Evaluator
+from fitness.prepared import PreparedProblem
 from fitness.problem import ProblemError, load_problem, shape_knobs
 from fitness.result import EvalResult, Status
 from fitness.screen import screen
@@ -17,6 +18,7 @@ __all__ = [
     "EvalResult",
     "EvalSettings",
     "Evaluator",
+    "PreparedProblem",
     "ProblemError",
     "Status",
     "load_problem",

@@ -1,16 +1,26 @@
 """NaN-safe comparison of outputs against the reference, and the cutoff check.
 
-Runs in the trusted process that holds the reference outputs, on tensors the
-worker sent back. Differences are computed in float64.
+Runs in the trusted process that holds the reference outputs, on its own
+copies of what the worker produced, on the device where they were made.
+Both walk the outputs in chunks of ``CHUNK`` elements, each widened to
+float64 on its own, so judging an output of any size needs a few chunks of
+memory besides the output and its reference: no full-size float64 copy, no
+mask, no sort. The figures a message quotes (a median) come from a sample.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterator
 from typing import Sequence
 
 import torch
+
+#: Elements per chunk: 32 MB of float64 per operand.
+CHUNK = 1 << 22
+#: Elements sampled (evenly spaced) for the medians a refusal quotes.
+SAMPLE = 1 << 16
 
 
 class CutoffError(ValueError):
@@ -30,12 +40,25 @@ def _as_list(outputs) -> list:
     return [outputs]
 
 
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as one dimension, without a copy when it is contiguous."""
+    return t.reshape(-1) if t.is_contiguous() else t.contiguous().reshape(-1)
+
+
+def chunks(n: int, size: int | None = None) -> Iterator[slice]:
+    """Slices covering ``range(n)`` in pieces of at most ``size`` (default ``CHUNK``)."""
+    size = size or CHUNK
+    for start in range(0, n, size):
+        yield slice(start, min(n, start + size))
+
+
 def compare(outputs: Sequence[torch.Tensor], references: Sequence[torch.Tensor], cutoff: float) -> Comparison:
     """Check every output against its reference.
 
     Same shape and dtype; wherever the reference is finite the output is
     finite and within ``cutoff``; wherever the reference is NaN or infinite
-    the output is the same non-finite value.
+    the output is the same non-finite value. Outputs on another device than
+    their reference are compared on the reference's device, chunk by chunk.
     """
     outputs, references = _as_list(outputs), _as_list(references)
     if len(outputs) != len(references):
@@ -49,42 +72,93 @@ def compare(outputs: Sequence[torch.Tensor], references: Sequence[torch.Tensor],
             return Comparison("wrong", math.inf, f"{label} has shape {tuple(out.shape)}, expected {tuple(ref.shape)}")
         if out.dtype != ref.dtype:
             return Comparison("wrong", math.inf, f"{label} has dtype {out.dtype}, expected {ref.dtype}")
-        o, r = out.to(device=ref.device, dtype=torch.float64), ref.to(torch.float64)
-        finite = torch.isfinite(r)
-        bad = finite & ~torch.isfinite(o)
-        if bool(bad.any()):
-            count = int(bad.sum())
-            return Comparison("nan", math.inf, f"{label} has {count} non-finite values where the reference is finite")
-        special = ~finite
-        if bool(special.any()):
-            same_nan = torch.isnan(r) & torch.isnan(o)
-            same_inf = torch.isinf(r) & (o == r)
-            mismatch = special & ~(same_nan | same_inf)
-            if bool(mismatch.any()):
-                return Comparison("wrong", math.inf, f"{label} differs where the reference is NaN or infinite")
-        if bool(finite.any()):
-            diff = float((o[finite] - r[finite]).abs().max())
-            worst = max(worst, diff)
-            if not diff <= cutoff:
-                return Comparison("wrong", worst, f"{label}: max |out - ref| = {diff:.3g} > cutoff {cutoff:.3g}")
+        verdict = _compare_one(_flat(out), _flat(ref), cutoff, label)
+        if verdict.status != "accepted":
+            return Comparison(verdict.status, max(worst, verdict.max_abs_diff), verdict.reason)
+        worst = max(worst, verdict.max_abs_diff)
     return Comparison("accepted", worst)
 
 
-def _trivial_outputs(ref: torch.Tensor, inputs: Sequence) -> dict[str, torch.Tensor]:
-    trivial = {"zeros": torch.zeros_like(ref)}
-    finite = ref[torch.isfinite(ref)]
-    if finite.numel():
-        trivial["a constant (the mean)"] = torch.full_like(ref, float(finite.to(torch.float64).mean()))
-    for j, x in enumerate(inputs):
-        if isinstance(x, torch.Tensor) and x.shape == ref.shape:
-            trivial[f"input {j}"] = x.to(device=ref.device, dtype=ref.dtype)
-    return trivial
+def _compare_one(out: torch.Tensor, ref: torch.Tensor, cutoff: float, label: str) -> Comparison:
+    """One flat output against its flat reference, chunk by chunk."""
+    nonfinite, mismatch, worst = 0, False, 0.0
+    for part in chunks(ref.numel()):
+        r = ref[part].to(torch.float64)
+        o = out[part].to(device=r.device, dtype=torch.float64)
+        finite = torch.isfinite(r)
+        nonfinite += int((finite & ~torch.isfinite(o)).sum())
+        if nonfinite:
+            continue  # the count is all that is reported now
+        if not bool(finite.all()):
+            # NaN where the reference is NaN, the same infinity where it is infinite
+            same = (torch.isnan(r) & torch.isnan(o)) | (torch.isinf(r) & (o == r))
+            mismatch = mismatch or bool((~finite & ~same).any())
+        diff = (o - r).abs_().masked_fill_(~finite, 0.0)
+        if diff.numel():
+            worst = max(worst, float(diff.max()))
+    if nonfinite:
+        return Comparison("nan", math.inf, f"{label} has {nonfinite} non-finite values where the reference is finite")
+    if mismatch:
+        return Comparison("wrong", math.inf, f"{label} differs where the reference is NaN or infinite")
+    if not worst <= cutoff:
+        return Comparison("wrong", worst, f"{label}: max |out - ref| = {worst:.3g} > cutoff {cutoff:.3g}")
+    return Comparison("accepted", worst)
+
+
+def sample(t: torch.Tensor, size: int = SAMPLE) -> torch.Tensor:
+    """About ``size`` evenly spaced elements of flat ``t`` (all of it when smaller)."""
+    flat = _flat(t)
+    step = max(1, flat.numel() // size)
+    return flat[::step]
 
 
 #: A trivial output that lands within the cutoff on this share of the
 #: elements makes the cutoff useless (a kernel could get almost everything
 #: wrong and pass wherever the data happens to be extreme).
 TRIVIAL_MATCH_LIMIT = 0.95
+
+
+def _finite_mean(ref: torch.Tensor) -> float | None:
+    total, count = 0.0, 0
+    for part in chunks(ref.numel()):
+        r = ref[part].to(torch.float64)
+        finite = torch.isfinite(r)
+        total += float(r.masked_fill_(~finite, 0.0).sum())
+        count += int(finite.sum())
+    return total / count if count else None
+
+
+def _trivial_outputs(ref: torch.Tensor, inputs: Sequence) -> dict[str, torch.Tensor | float]:
+    """Trivial outputs by name: a tensor of the reference's shape, or a constant."""
+    trivial: dict[str, torch.Tensor | float] = {"zeros": 0.0}
+    mean = _finite_mean(ref)
+    if mean is not None:
+        # the constant as the output's dtype would hold it
+        trivial["a constant (the mean)"] = float(torch.tensor(mean, dtype=torch.float64).to(ref.dtype))
+    for j, x in enumerate(inputs):
+        if isinstance(x, torch.Tensor) and x.shape == ref.shape:
+            trivial[f"input {j}"] = _flat(x)
+    return trivial
+
+
+def _match(ref: torch.Tensor, trivial: torch.Tensor | float, cutoff: float) -> tuple[float, torch.Tensor]:
+    """(share of the reference's finite elements the trivial output is within ``cutoff`` of,
+    a sample of the gaps)."""
+    within, finite_count, gaps = 0, 0, []
+    step = max(1, ref.numel() // SAMPLE)
+    for part in chunks(ref.numel(), max(step, CHUNK - CHUNK % step)):
+        r = ref[part].to(torch.float64)
+        if isinstance(trivial, torch.Tensor):
+            t = trivial[part].to(device=r.device, dtype=ref.dtype).to(torch.float64)
+        else:
+            t = torch.full_like(r, trivial)
+        finite = torch.isfinite(r)
+        gap = (t - r).abs_()
+        within += int(((gap <= cutoff) & finite).sum())
+        finite_count += int(finite.sum())
+        picked = gap[::step]
+        gaps.append(picked[torch.isfinite(r[::step])])
+    return within / max(finite_count, 1), torch.cat(gaps)
 
 
 def check_cutoff(references: Sequence[torch.Tensor], inputs: Sequence, cutoff: float) -> None:
@@ -99,20 +173,28 @@ def check_cutoff(references: Sequence[torch.Tensor], inputs: Sequence, cutoff: f
     if not (cutoff > 0 and math.isfinite(cutoff)):
         raise CutoffError(f"the cutoff must be a positive finite number, got {cutoff}")
     for i, ref in enumerate(_as_list(references)):
-        finite = torch.isfinite(ref)
-        if not bool(finite.any()):
-            continue
-        r = ref.to(torch.float64)[finite]
-        for name, trivial in _trivial_outputs(ref, inputs).items():
-            gaps = (trivial.to(torch.float64)[finite] - r).abs()
-            share = float((gaps <= cutoff).to(torch.float64).mean())
+        flat = _flat(ref)
+        for name, trivial in _trivial_outputs(flat, inputs).items():
+            share, gaps = _match(flat, trivial, cutoff)
             if share >= TRIVIAL_MATCH_LIMIT:
-                typical = float(r.abs().median())
-                scale = float(r.abs().max())
-                gap = float(gaps.median())
+                picked = sample(flat).to(torch.float64)
+                picked = picked[torch.isfinite(picked)].abs()
+                typical = float(picked.median()) if picked.numel() else 0.0
+                scale = _finite_abs_max(flat)
+                gap = float(gaps.median()) if gaps.numel() else 0.0
                 hint = f"; choose a cutoff well below the typical gap {gap:.3g}, e.g. {gap / 100:.2g}" if gap > 0 else ""
                 raise CutoffError(
                     f"max-abs-diff cutoff {cutoff:.3g} cannot tell right from wrong: output {i} "
                     f"(shape {tuple(ref.shape)}, median |ref| = {typical:.3g}, max |ref| = {scale:.3g}) "
                     f"is matched by {name} on {100 * share:.1f}% of its elements{hint}"
                 )
+
+
+def _finite_abs_max(ref: torch.Tensor) -> float:
+    worst = 0.0
+    for part in chunks(ref.numel()):
+        r = ref[part].to(torch.float64).abs_()
+        r = r.masked_fill_(~torch.isfinite(r), 0.0)
+        if r.numel():
+            worst = max(worst, float(r.max()))
+    return worst

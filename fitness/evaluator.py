@@ -1,10 +1,12 @@
 """The evaluation protocol: one synchronous entry point.
 
-``Evaluator(reference, platform, ...)`` prepares a problem once (reference
-outputs on fixed inputs, the cutoff check, the reference's runtime) and then
-``evaluate(source)`` returns the verdict on one candidate. The candidate runs
-in a sandboxed worker (``fitness.sandbox``); its outputs come back as raw
-tensors and are judged here, in the process that holds the references.
+``Evaluator(reference, platform, ...)`` prepares a problem once
+(``fitness.prepared``: the reference at the main and held-out shapes, the
+cutoff check, the memory plan) and then ``evaluate(source)`` returns the
+verdict on one candidate. The candidate runs in a sandboxed worker
+(``fitness.sandbox``); its outputs reach this process on the device (IPC
+handles on a GPU, shared memory on the CPU), where this process takes its
+own copy and judges it against a reference it computes meanwhile.
 """
 
 from __future__ import annotations
@@ -21,42 +23,28 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from fitness.compare import CutoffError, check_cutoff, compare
+from fitness.compare import compare
+from fitness.lane import NoLane, TimingLane
+from fitness.prepared import PreparedProblem, Variant
+from fitness.problem import ProblemError
 from fitness.profiling import profile_candidate
-from fitness.problem import (
-    Problem,
-    ProblemError,
-    build_model,
-    declared_cutoff,
-    held_out_shapes,
-    load_problem,
-    make_inputs,
-)
+from fitness.refusal import out_of_memory
 from fitness.result import EvalResult, Status
 from fitness.sandbox import WorkerGone, WorkerProcess
 from fitness.screen import screen
-from fitness.settings import DEFAULT_MAX_ABS_DIFF, EvalSettings
-from fitness.lane import NoLane, TimingLane
+from fitness.settings import EvalSettings
 from platforms import Platform, Timing, get_platform
 from platforms.profiling import Profiler, profiler_for
 
 log = logging.getLogger(__name__)
 
-# Draws what a candidate must not predict: which held-out shapes it is checked on.
-_SECRET = secrets.SystemRandom()
-
-
-@dataclasses.dataclass
-class _Variant:
-    shapes: dict[str, int]
-    problem: Problem
-    model: Any
-    references: dict[int, list]  # seed -> reference outputs (CPU)
-    output_bytes: list[int]
-
 
 class Evaluator:
     """Judges candidates for one problem on one platform.
+
+    ``prepared`` shares one ``PreparedProblem`` between the evaluators of a
+    device (the slots of a Ray actor); without it the evaluator prepares its
+    own from the other arguments.
 
     >>> ev = Evaluator("problems/elementwise/reference.py", platform="cpu",
     ...                shapes={"batch_size": 4, "dim": 64})  # doctest: +SKIP
@@ -75,108 +63,46 @@ class Evaluator:
         lane: TimingLane | NoLane | None = None,
         dtype: str | None = None,
         held_out_rng: random.Random | None = None,
+        prepared: PreparedProblem | None = None,
     ) -> None:
-        self.reference_path = Path(reference).resolve()
-        if not self.reference_path.is_file():
-            raise ProblemError(f"reference file not found: {self.reference_path}")
-        self.platform = get_platform(platform) if isinstance(platform, str) else platform
-        self.settings = settings or EvalSettings()
-        self.timing = self.settings.timing or self.platform.timing
-        self.shapes = dict(shapes or {})
-        self.dtype = dtype  # None: the problem's own dtypes; else floating inputs and weights cast to it
-        declared = declared_cutoff(self.reference_path)
-        self.cutoff = float(max_abs_diff if max_abs_diff is not None else declared if declared is not None else DEFAULT_MAX_ABS_DIFF)
+        if prepared is None:
+            reference_path = Path(reference).resolve()
+            if not reference_path.is_file():
+                raise ProblemError(f"reference file not found: {reference_path}")
+            platform = get_platform(platform) if isinstance(platform, str) else platform
+            prepared = PreparedProblem(reference_path, platform, shapes, max_abs_diff, held_out, settings,
+                                       dtype, held_out_rng)
+        self.prepared = prepared
+        self.reference_path = prepared.reference_path
+        self.platform = prepared.platform
+        self.settings = prepared.settings
+        self.timing = prepared.timing
+        self.shapes = prepared.shapes
+        self.dtype = prepared.dtype
+        self.cutoff = prepared.cutoff
+        self.device = prepared.device
+        self.main = prepared.main
+        self._held_out_groups = prepared.held_out_groups
+        self._held_out_rng = prepared.held_out_rng
         self._worker: WorkerProcess | None = None
         self._served = 0  # candidates the current worker has been handed
         # Wall seconds of the last evaluation by part (worker steps, the evaluator's own checks).
         self.walls: collections.Counter[str] = collections.Counter()
         # Shared with the other evaluators on this device, if any (fitness.lane).
         self.lane = lane or NoLane()
-        self._reference_ms: float | None = None
-        self.device = self.platform.device()
         # Built once: a tool that fails stays off for this evaluator (ProfilerConfigError for a bad path).
         self.profiler: Profiler = profiler_for(self.platform.name, self.settings.ncu_bin_path,
                                                self.settings.rocprof_bin_path, self.settings.profiler_enabled)
-        self.main = self._prepare(self.shapes, required=True)
-        # Held-out shapes in groups; each evaluation checks one of every group,
-        # chosen in secret. Derived groups are drawn in secret too (see
-        # fitness.problem.held_out_shapes): a kernel cannot know them.
-        # held_out_rng is for tests that must know the draw; None draws in secret.
-        self._held_out_rng = held_out_rng or _SECRET
-        if held_out is None:
-            groups = held_out_shapes(self.reference_path, self.shapes, rng=self._held_out_rng)
-        else:
-            groups = [[extra] for extra in held_out]
-        self._held_out_groups: list[list[_Variant]] = []
-        for group in groups:
-            variants = [v for v in (self._prepare({**self.shapes, **extra}, required=False) for extra in group)
-                        if v is not None]
-            if variants:
-                self._held_out_groups.append(variants)
         # The held-out variants of the latest evaluation (before any: the first of each group).
-        self.held_out: list[_Variant] = [group[0] for group in self._held_out_groups]
-
-    # -- the reference side ------------------------------------------------------
-
-    def _reference_outputs(self, variant_problem: Problem, model: Any, seed: int) -> list:
-        import torch
-
-        inputs = make_inputs(variant_problem, seed, self.device)
-        with torch.no_grad():
-            out = model(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
-        self.platform.synchronize()
-        outs = list(out) if isinstance(out, (tuple, list)) else [out]
-        # References stay on the device: comparisons run there too.
-        return [o.detach() for o in outs], inputs
-
-    def _prepare(self, shapes: dict[str, int], required: bool) -> _Variant | None:
-        try:
-            problem = load_problem(self.reference_path, shapes, self.dtype)
-            model = build_model(problem.Model, problem, self.settings.init_seed, self.device)
-            references = {}
-            # Held-out shapes are checked on fresh inputs: one fixed set proves the reference works there.
-            for seed in self.settings.fixed_seeds if required else self.settings.fixed_seeds[:1]:
-                references[seed], inputs = self._reference_outputs(problem, model, seed)
-                if required:
-                    check_cutoff(references[seed], inputs, self.cutoff)
-                del inputs
-        except (ProblemError, CutoffError):
-            if required:
-                raise
-            log.warning("held-out shapes %s: the problem itself fails there; skipped", shapes)
-            return None
-        except Exception as exc:  # the reference is user input
-            if required:
-                raise ProblemError(
-                    f"the reference {self.reference_path} fails at shapes {shapes or 'as written'}: "
-                    f"{type(exc).__name__}: {exc}"
-                ) from None
-            log.warning("held-out shapes %s: the reference fails there (%s); skipped", shapes, exc)
-            return None
-        sizes = [o.numel() * o.element_size() for o in next(iter(references.values()))]
-        return _Variant(shapes, problem, model, references, sizes)
+        self.held_out: list[Variant] = [group[0] for group in self._held_out_groups]
 
     def reference_ms(self) -> float:
         """Median runtime of the reference (eager PyTorch) at the main shapes."""
-        if self._reference_ms is None:
-            self._reference_ms = self.time_in_process(self.main.model)
-        return self._reference_ms
+        return self.prepared.reference_ms()
 
     def time_in_process(self, model: Any) -> float:
-        """Median runtime of a trusted ``model`` (the reference, or a compiled
-        form of it) at the main shapes, timed here as candidates are timed."""
-        import torch
-
-        inputs = [make_inputs(self.main.problem, s, self.device) for s in self.settings.fixed_seeds]
-
-        def prepare(i: int) -> list:
-            return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs[i % len(inputs)]]
-
-        def run(_i: int, args: list) -> None:
-            with torch.no_grad():
-                model(*args)
-
-        return self.platform.time_runs(run, self.timing, prepare).median_ms
+        """Median runtime of a trusted ``model`` at the main shapes (``PreparedProblem.time_in_process``)."""
+        return self.prepared.time_in_process(model)
 
     # -- the candidate side ------------------------------------------------------
 
@@ -196,6 +122,7 @@ class Evaluator:
             self._worker = WorkerProcess(
                 self.platform.name, index, dict(self.platform.worker_env),
                 self.settings.startup_timeout_s, self.settings.memory_limit_bytes,
+                open_shared=self.platform.import_tensor,
             )
         return self._worker
 
@@ -205,11 +132,15 @@ class Evaluator:
             self._worker.close()
             self._worker = None
 
-    def _step(self, message: dict[str, Any]) -> tuple[dict[str, Any], list]:
+    def _step(self, message: dict[str, Any], meanwhile: Any = None) -> tuple[dict[str, Any], list]:
+        """One worker step; ``meanwhile()`` (if given) runs here while the worker works."""
         worker = self._get_worker()
         started = time.monotonic()
         try:
-            reply, tensors = worker.request(message, self.settings.timeout_s)
+            nonce = worker.send(message)
+            if meanwhile is not None:
+                meanwhile()
+            reply, tensors = worker.answer(nonce, self.settings.timeout_s)
         except WorkerGone:
             self._discard_worker()
             raise
@@ -219,6 +150,21 @@ class Evaluator:
             self._discard_worker()
         return reply, tensors
 
+    def _checked_call(self, variant: Variant, seed: int) -> tuple[dict[str, Any], Any]:
+        """(the worker's reply, the comparison) for one call of the candidate on ``seed``'s
+        inputs; the reference's outputs are computed here while the worker runs it."""
+        refs: list = []
+
+        def reference() -> None:
+            with self._timed("reference outputs"):
+                refs.extend(self.prepared.reference_outputs(variant, seed))
+
+        reply, outputs = self._step({"step": "call", "seed": seed, "poison": variant.output_bytes}, reference)
+        if not reply["ok"]:
+            return reply, None
+        with self._timed("compare"):
+            return reply, compare(outputs, refs, self.cutoff)
+
     def evaluate(self, source: str) -> EvalResult:
         """The verdict on candidate ``source`` (the text of a ModelNew file)."""
         base = dict(platform=self.platform.name, device_name=self._device_name())
@@ -226,6 +172,13 @@ class Evaluator:
         started = time.monotonic()
         try:
             return self._judge(source, base)
+        except Exception as exc:
+            if not out_of_memory(exc):
+                raise
+            # kevo's own side (a reference, a comparison, a copy of the outputs) ran out
+            self.platform.release_memory()
+            return EvalResult(Status.OUT_OF_MEMORY, f"kevo's evaluator ran out of memory while judging "
+                              f"({type(exc).__name__})", harness_failure=True, **base)
         finally:
             self.walls["total"] = time.monotonic() - started
 
@@ -265,7 +218,7 @@ class Evaluator:
                 reply, _ = self._step({"step": "load", "source": source, "problem": str(self.reference_path),
                                        "shapes": variant.shapes, "init_seed": self.settings.init_seed, "dtype": self.dtype})
             if not reply["ok"]:
-                return EvalResult(Status(reply["status"]), reply["reason"], **base)
+                return _refused(reply, "", base)
             fresh = [secrets.randbelow(2**31 - 1) for _ in range(self.settings.fresh_inputs)]
             # The main shapes get every fixed and fresh input set (and the timed runs'
             # checks); a held-out shape is there to catch shape-specific code, which
@@ -273,16 +226,9 @@ class Evaluator:
             seeds = [*self.settings.fixed_seeds, *fresh] if variant is self.main else (fresh or [self.settings.fixed_seeds[0]])
             for seed in seeds:
                 with self.lane.shared():
-                    refs = variant.references.get(seed)
-                    if refs is None:
-                        with self._timed("reference outputs"):
-                            refs, _ = self._reference_outputs(variant.problem, variant.model, seed)
-                    reply, outputs = self._step({"step": "call", "seed": seed, "poison": variant.output_bytes})
-                    if not reply["ok"]:
-                        return EvalResult(Status(reply["status"]), reply["reason"], **base)
-                    with self._timed("compare"):
-                        verdict = compare(outputs, refs, self.cutoff)
-                    del outputs
+                    reply, verdict = self._checked_call(variant, seed)
+                if not reply["ok"]:
+                    return _refused(reply, "", base)
                 where = _where(variant, self.main, seed in self.settings.fixed_seeds)
                 if verdict.status != "accepted":
                     return EvalResult(Status(verdict.status), f"{where}: {verdict.reason}",
@@ -296,7 +242,7 @@ class Evaluator:
             reply, _ = self._step({"step": "load", "source": source, "problem": str(self.reference_path),
                                    "shapes": self.main.shapes, "init_seed": self.settings.init_seed, "dtype": self.dtype})
         if not reply["ok"]:
-            return EvalResult(Status(reply["status"]), reply["reason"], **base)
+            return _refused(reply, "", base)
         # Timed inputs are fresh too, and new for every run: a candidate that
         # recognises inputs it has seen must not answer them from a cache.
         base_seed = secrets.randbelow(2**30)
@@ -310,29 +256,32 @@ class Evaluator:
                                    "timing": dataclasses.asdict(self.timing)})
             wall_s = time.monotonic() - started
         if not reply["ok"]:
-            return EvalResult(Status(reply["status"]), f"while timing: {reply['reason']}", **base)
-        # The checked runs' outputs travel after the lane is free again.
-        fetched, outputs = self._step({"step": "timed_outputs"})
-        if not fetched["ok"]:
-            return EvalResult(Status(fetched["status"]), f"after timing: {fetched['reason']}", **base)
-        offset = 0
+            return _refused(reply, "while timing: ", base)
         n_runs = len(reply["runs_ms"])
         indices = [row[0] for row in reply["checked"]]
         if n_runs - 1 not in indices or len(set(indices)) < min(n_runs, self.settings.timed_checks):
             self._discard_worker()
             return EvalResult(Status.FORBIDDEN, "the worker did not return the timed runs it had to",
                               checks=checks, **base)
+        # The checked runs' outputs travel after the lane is free again, one run at a time.
         for run_index, seed, n_outputs in reply["checked"]:
             if seed != base_seed + run_index or not 0 <= run_index < n_runs:
                 self._discard_worker()
                 return EvalResult(Status.FORBIDDEN, "the worker reported a timed run on inputs it was not given",
                                   checks=checks, **base)
-            with self.lane.shared():
+            references: list = []
+
+            def reference(seed: int = seed) -> None:
                 with self._timed("reference outputs"):
-                    references, _ = self._reference_outputs(self.main.problem, self.main.model, seed)
+                    references.extend(self.prepared.reference_outputs(self.main, seed))
+
+            with self.lane.shared():
+                fetched, outputs = self._step({"step": "timed_outputs", "run": run_index}, reference)
+                if not fetched["ok"]:
+                    return _refused(fetched, "after timing: ", base)
                 with self._timed("compare"):
-                    verdict = compare(outputs[offset: offset + n_outputs], references, self.cutoff)
-            offset += n_outputs
+                    verdict = compare(outputs, references, self.cutoff)
+            del outputs, references
             if verdict.status != "accepted":
                 return EvalResult(Status(verdict.status), f"timed run {run_index}: {verdict.reason}",
                                   max_abs_diff=verdict.max_abs_diff, checks=checks, **base)
@@ -383,7 +332,13 @@ class Evaluator:
         self.close()
 
 
-def _where(variant: _Variant, main: _Variant, fixed: bool) -> str:
+def _refused(reply: dict[str, Any], where: str, base: dict[str, Any]) -> EvalResult:
+    """The result of a step the worker refused (``harness``: its own allocation failed)."""
+    return EvalResult(Status(reply["status"]), where + str(reply["reason"]),
+                      harness_failure=reply.get("harness") is True, **base)
+
+
+def _where(variant: Variant, main: Variant, fixed: bool) -> str:
     kind = "fixed" if fixed else "fresh"
     if variant is main:
         return f"{kind} inputs"

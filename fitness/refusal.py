@@ -51,13 +51,20 @@ def describe(exc: BaseException) -> str:
     return f"{_safe_name(exc)}: {first[:300]}" if first else _safe_name(exc)
 
 
+def out_of_memory(exc: BaseException) -> bool:
+    """True when ``exc`` says an allocation failed (device or host)."""
+    if isinstance(exc, MemoryError):
+        return True
+    text = _safe_text(exc)
+    return _safe_name(exc) == "OutOfMemoryError" or "out of memory" in text.lower() or "can't allocate memory" in text
+
+
 def classify(exc: BaseException, where: str, platform) -> Refusal:
     """The refusal for an exception the candidate raised at ``where``: out of
     memory, a lost device context (fatal: the worker goes), a compile error,
     or else a runtime error."""
-    text = _safe_text(exc)
     name = _safe_name(exc)
-    if name == "OutOfMemoryError" or "out of memory" in text.lower() or "can't allocate memory" in text:
+    if out_of_memory(exc):
         return Refusal("out_of_memory", f"{where}: {describe(exc)}")
     if platform.context_lost(exc):
         return Refusal("crashed", f"{where}: {describe(exc)} (device context lost)", fatal=True)

@@ -46,6 +46,9 @@ class EvalResult:
     device_name: str = ""
     checks: int = 0  # number of output comparisons that passed
     profile: dict[str, Any] | None = None
+    # kevo's own side (the worker's harness, the evaluator) ran out of memory, not the
+    # candidate: worth another try with fewer evaluations in flight
+    harness_failure: bool = False
 
     @property
     def accepted(self) -> bool:

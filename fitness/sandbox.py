@@ -17,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from fitness import wire
 
@@ -76,7 +76,10 @@ class WorkerProcess:
     """A running worker and the pipes to it."""
 
     def __init__(self, platform_name: str, index: int, env_extra: dict[str, str],
-                 startup_timeout: float, memory_limit: int = 0) -> None:
+                 startup_timeout: float, memory_limit: int = 0,
+                 open_shared: Callable[[dict, Any, list, int], Any] | None = None) -> None:
+        # open_shared(shared, dtype, shape, worker_pid): our copy of a device tensor the worker shared
+        self._open_shared = open_shared
         parent_read, child_write = os.pipe()
         child_read, parent_write = os.pipe()
         self.log = tempfile.NamedTemporaryFile(prefix="kevo-worker-", suffix=".log", delete=False)
@@ -129,9 +132,14 @@ class WorkerProcess:
         detail = f"; last output: {tail[-1][:200]}" if tail else ""
         return WorkerGone("crashed", f"worker process {how}{detail}")
 
+    def _open(self, shared: dict, dtype: Any, shape: list) -> Any:
+        if self._open_shared is None:
+            raise ValueError("a shared device tensor where none was expected")
+        return self._open_shared(shared, dtype, shape, self.process.pid)
+
     def _receive(self, timeout: float) -> tuple[dict[str, Any], list]:
         try:
-            return wire.receive(self.read_fd, timeout, self.spill_dir)
+            return wire.receive(self.read_fd, timeout, self.spill_dir, self._open)
         except wire.ChannelTimeout:
             self.kill()
             raise WorkerGone("timeout", f"no answer within {timeout:g} s; the worker was killed") from None
@@ -143,11 +151,20 @@ class WorkerProcess:
 
     def request(self, message: dict[str, Any], timeout: float) -> tuple[dict[str, Any], list]:
         """Send one step and wait for its answer; raises ``WorkerGone``."""
+        return self.answer(self.send(message), timeout)
+
+    def send(self, message: dict[str, Any]) -> str:
+        """Start one step; ``answer`` with what this returns waits for it (the worker
+        works meanwhile). Raises ``WorkerGone``."""
         nonce = secrets.token_hex(16)
         try:
             wire.send(self.write_fd, {**message, "nonce": nonce})
         except OSError:
             raise self._death() from None
+        return nonce
+
+    def answer(self, nonce: str, timeout: float) -> tuple[dict[str, Any], list]:
+        """The reply to the step ``send`` started; raises ``WorkerGone``."""
         reply, tensors = self._receive(timeout)
         if reply.get("nonce") != nonce:
             self.kill()

@@ -18,7 +18,9 @@ class EvalSettings:
     fresh_inputs: int = 1  # secret random input sets per shape, new for every candidate
     init_seed: int = 42  # seeds weights before Model and before ModelNew
     timing: TimingSettings | None = None  # None: the platform's default
-    timed_checks: int = 3  # timed runs drawn from the whole window whose outputs are checked, besides the last
+    # Timed runs drawn in secret from the whole window whose outputs are checked, besides the
+    # last: a kernel that cheats on half of its runs escapes 10 checks once in 1,024 evaluations.
+    timed_checks: int = 10
     timeout_s: float = 300.0  # per step (import, one call, one timing window)
     startup_timeout_s: float = 180.0
     memory_limit_bytes: int = 0  # address-space cap of a CPU worker; 0: none

@@ -1,10 +1,14 @@
 """Messages between the trusted evaluator and its worker.
 
 A frame is an 8-byte length, a JSON header and the raw bytes of any tensors
-it carries. Large tensors travel through a file in a spill directory the
-evaluator chose (shared memory where there is room) instead of the pipe; the
-header says where. Nothing is unpickled: a candidate that reached the channel
-could forge a message, but never run code in the trusted process.
+it carries. Device tensors stay on the device where the platform can share
+them (``Platform.export_tensor``: CUDA or HIP IPC handles): the header
+describes them and the receiver takes its own copy there
+(``Platform.import_tensor``). Other large tensors travel through a file in
+a spill directory the evaluator chose (shared memory where there is room)
+instead of the pipe; the header says where. Nothing is unpickled: a
+candidate that reached the channel could forge a message, but never run
+code in the trusted process.
 """
 
 from __future__ import annotations
@@ -14,7 +18,12 @@ import os
 import select
 import struct
 import time
-from typing import Any
+from typing import Any, Callable
+
+#: ``export(tensor)``: a description another process can open, or None (see ``Platform.export_tensor``).
+Exporter = Callable[[Any], "dict[str, Any] | None"]
+#: ``open(shared, dtype, shape)``: this process's own copy of an exported tensor.
+Opener = Callable[[dict, Any, list], Any]
 
 _LENGTH = struct.Struct("<Q")
 _MAX_HEADER = 16 << 20
@@ -40,9 +49,22 @@ def _host_bytes(t) -> tuple[dict[str, Any], Any]:
     return meta, flat
 
 
-def encode(message: dict[str, Any], tensors: list | None = None, spill_path: str | None = None) -> bytes:
-    """Frame ``message`` and ``tensors``; large tensors go to ``spill_path`` if given."""
-    parts = [_host_bytes(t) for t in tensors or []]
+def _part(t, export: Exporter | None) -> tuple[dict[str, Any], Any]:
+    shared = export(t) if export is not None else None
+    if shared is None:
+        return _host_bytes(t)
+    return {"dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape), "nbytes": 0,
+            "shared": shared}, None
+
+
+def encode(message: dict[str, Any], tensors: list | None = None, spill_path: str | None = None,
+           export: Exporter | None = None) -> bytes:
+    """Frame ``message`` and ``tensors``; large tensors go to ``spill_path`` if given.
+
+    With ``export``, each tensor it can describe stays where it is (the
+    sender keeps it alive until the receiver has its copy).
+    """
+    parts = [_part(t, export) for t in tensors or []]
     total = sum(meta["nbytes"] for meta, _ in parts)
     header = {**message, "tensors": [meta for meta, _ in parts]}
     inline = b""
@@ -59,7 +81,11 @@ def encode(message: dict[str, Any], tensors: list | None = None, spill_path: str
     return _LENGTH.pack(len(body)) + body
 
 
-def decode(body: bytes, spill_dir: str | None = None) -> tuple[dict[str, Any], list]:
+def decode(body: bytes, spill_dir: str | None = None, open_shared: Opener | None = None) -> tuple[dict[str, Any], list]:
+    """The message and tensors of a frame; ``open_shared`` takes copies of exported tensors.
+
+    Raises ``ValueError`` for a frame that does not check out.
+    """
     import torch
 
     (hlen,) = _LENGTH.unpack_from(body, 0)
@@ -85,17 +111,26 @@ def decode(body: bytes, spill_dir: str | None = None) -> tuple[dict[str, Any], l
         dtype = getattr(torch, str(meta["dtype"]), None)
         if not isinstance(dtype, torch.dtype):
             raise ValueError(f"not a dtype: {meta['dtype']}")
+        shape = meta.get("shape")
+        if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+            raise ValueError("bad tensor shape")
+        if meta.get("shared") is not None:
+            if open_shared is None:
+                raise ValueError("a shared device tensor where none was expected")
+            tensors.append(open_shared(meta["shared"], dtype, shape))
+            continue
         n = int(meta["nbytes"])
         if n < 0 or offset + n > len(data):
             raise ValueError("tensor bytes missing from the frame")
         flat = torch.frombuffer(data, dtype=torch.uint8, count=n, offset=offset) if n else torch.empty(0, dtype=torch.uint8)
         offset += n
-        tensors.append(flat.view(dtype).reshape(meta["shape"]))
+        tensors.append(flat.view(dtype).reshape(shape))
     return message, tensors
 
 
-def send(fd: int, message: dict[str, Any], tensors: list | None = None, spill_path: str | None = None) -> None:
-    view = memoryview(encode(message, tensors, spill_path))
+def send(fd: int, message: dict[str, Any], tensors: list | None = None, spill_path: str | None = None,
+         export: Exporter | None = None) -> None:
+    view = memoryview(encode(message, tensors, spill_path, export))
     while view:
         written = os.write(fd, view)
         view = view[written:]
@@ -116,10 +151,11 @@ def _read_exact(fd: int, n: int, deadline: float | None) -> bytes:
     return b"".join(chunks)
 
 
-def receive(fd: int, timeout: float | None = None, spill_dir: str | None = None) -> tuple[dict[str, Any], list]:
+def receive(fd: int, timeout: float | None = None, spill_dir: str | None = None,
+            open_shared: Opener | None = None) -> tuple[dict[str, Any], list]:
     """Next message and its tensors; raises ``ChannelTimeout`` or ``ChannelClosed``."""
     deadline = None if timeout is None else time.monotonic() + timeout
     (n,) = _LENGTH.unpack(_read_exact(fd, _LENGTH.size, deadline))
     if n > (8 << 30):
         raise ValueError("frame too large")
-    return decode(_read_exact(fd, n, deadline), spill_dir)
+    return decode(_read_exact(fd, n, deadline), spill_dir, open_shared)

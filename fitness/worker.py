@@ -32,7 +32,7 @@ from fitness import wire
 from fitness.problem import Problem, build_model, load_problem, make_inputs
 from fitness.guard import Guard
 from fitness.instrument import Watch, instrument_launches, instrument_threads, watched_objects
-from fitness.refusal import Refusal, classify, describe, forbidden_reason
+from fitness.refusal import Refusal, classify, describe, forbidden_reason, out_of_memory
 from fitness.trace import INIT_OPS
 from platforms import TimingSettings, get_platform
 
@@ -68,7 +68,8 @@ class Harness:
         self.problem: Problem | None = None
         self.tmpdir = tempfile.mkdtemp(prefix="kevo-worker-")
         self.guard = Guard()
-        self.timed_outputs: list = []  # outputs of the last time step's checked runs, until fetched
+        self.timed_outputs: dict[int, list] = {}  # run index -> outputs of a checked timed run, until fetched
+        self.shipped: list = []  # outputs shared with the evaluator, kept until its next message
 
     def _check_guard(self) -> None:
         if self.guard.violations:
@@ -240,18 +241,22 @@ class Harness:
             raise Refusal("mutated_input", f"forward changed its input in timed run {mutated[0]}")
         kept.update(last)
         checked = sorted(kept)
-        self.timed_outputs = []
-        for i in checked:
-            kept[i] = self._outputs(kept[i])
-            self.timed_outputs.extend(kept[i])
-        # The outputs go back in their own step ("timed_outputs"), so the device's timing
-        # lane is free while they travel; no candidate code runs in between.
+        self.timed_outputs = {i: self._outputs(kept[i]) for i in checked}
+        # The outputs go back in their own steps ("timed_outputs", a run at a time), so the
+        # device's timing lane is free while they travel; no candidate code runs in between.
         return {"ok": True, "runs_ms": timing_result.runs_ms, "wall_ms": timing_result.wall_ms,
                 "overhead_ms": timing_result.overhead_ms, "device_ms": timing_result.device_ms,
-                "checked": [[i, seed_of(i), len(kept[i])] for i in checked]}, []
+                "checked": [[i, seed_of(i), len(self.timed_outputs[i])] for i in checked]}, []
+
+    def ship(self, tensors: list) -> list:
+        """``tensors`` made contiguous and kept until the next message, so that the
+        evaluator can take its copy of them where they lie (``Platform.export_tensor``)."""
+        self.shipped = [t.contiguous() for t in tensors]
+        return self.shipped
 
     def handle(self, message: dict) -> tuple[dict, list]:
         step = message["step"]
+        self.shipped = []  # the evaluator has its copies of what was shipped last
         threads_before = self.threads_started
         self.guard.violations.clear()
         if self.bounds is not None:
@@ -266,8 +271,11 @@ class Harness:
                 reply, tensors = self.time(message["base_seed"], message["check_seed"], message["checks"],
                                            message["poison"], message["timing"])
             elif step == "timed_outputs":
-                tensors, self.timed_outputs = self.timed_outputs, []
-                reply = {"ok": True}
+                tensors = self.timed_outputs.pop(message["run"], None)
+                reply = {"ok": tensors is not None}
+                if tensors is None:
+                    reply.update(status="forbidden", reason=f"no outputs kept for timed run {message['run']}")
+                    tensors = []
             elif step == "ping":
                 reply, tensors = {"ok": True}, []
             elif step == "info":
@@ -279,14 +287,25 @@ class Harness:
             if self.threads_started != threads_before:
                 raise Refusal("forbidden", "the candidate started a thread", fatal=True)
         except Refusal as refusal:
-            try:
-                self.check_tamper()
-                self._check_guard()
-            except Refusal as stronger:
-                refusal = stronger
-            reply = {"ok": False, "status": refusal.status, "reason": refusal.reason, "fatal": refusal.fatal}
-            tensors = []
+            reply, tensors = self._refused(refusal), []
+        except BaseException as exc:
+            if not out_of_memory(exc):
+                raise
+            # The harness's own allocation (inputs, their clones, the input check): not the
+            # candidate's doing; the evaluator decides whether to try again with more room.
+            self.timed_outputs, exc = {}, None
+            self.platform.release_memory()
+            reply, tensors = self._refused(Refusal("out_of_memory", f"kevo's worker ran out of memory during {step}")), []
+            reply["harness"] = True
         return reply, tensors
+
+    def _refused(self, refusal: Refusal) -> dict:
+        try:
+            self.check_tamper()
+            self._check_guard()
+        except Refusal as stronger:
+            refusal = stronger
+        return {"ok": False, "status": refusal.status, "reason": refusal.reason, "fatal": refusal.fatal}
 
 
 def _same_bits(torch, a, b) -> bool:
@@ -349,7 +368,7 @@ def main(argv: list[str]) -> None:
             reply, tensors = {"ok": False, "status": "internal_error", "reason": traceback.format_exc(), "fatal": True}, []
         reply["nonce"] = nonce
         spill = os.path.join(spill_dir, f"{nonce}.bin") if spill_dir and isinstance(nonce, str) and nonce.isalnum() else None
-        wire.send(out_fd, reply, tensors, spill)
+        wire.send(out_fd, reply, harness.ship(tensors), spill, harness.platform.export_tensor)
         if reply.get("fatal"):
             os._exit(3)
 

@@ -122,6 +122,40 @@ class Platform(abc.ABC):
         """
         return None
 
+    def export_tensor(self, tensor: Any) -> dict[str, Any] | None:
+        """What another process needs to open contiguous device ``tensor`` where it lies, or None.
+
+        Plain values only (they travel as JSON). The exporting process keeps
+        ``tensor`` alive until the other one has its copy. None (the
+        default): the tensor travels as bytes, through shared memory.
+        """
+        return None
+
+    def import_tensor(self, shared: dict[str, Any], dtype: Any, shape: list[int], producer_pid: int) -> Any:
+        """This process's own copy, on the device, of a tensor that process
+        ``producer_pid`` described with ``export_tensor``.
+
+        ``shared`` comes from an untrusted process: anything in it that does
+        not check out raises ``ValueError`` before the device is touched.
+        """
+        raise ValueError(f"the {self.name} platform opens no device memory of another process")
+
+    def release_memory(self) -> None:
+        """Give cached, unused device memory back (after running out of it, say)."""
+
+    #: Device memory a process that evaluates holds besides its tensors (its context,
+    #: the cache-flush buffer): counted once per evaluation in flight by the memory plan.
+    process_overhead_bytes: int = 0
+
+    def track_peak(self) -> Any:
+        """Start watching this process's peak device allocation; ``peak_since`` reads it."""
+        return None
+
+    def peak_since(self, mark: Any) -> int | None:
+        """Bytes allocated at the peak since ``track_peak`` returned ``mark``, beyond what
+        was allocated then; None where the platform cannot tell."""
+        return None
+
     def context_lost(self, exc: BaseException) -> bool:
         """True when ``exc`` leaves the process unable to use the device again."""
         return False

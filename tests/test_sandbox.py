@@ -95,16 +95,16 @@ def test_known_failures_are_results(evaluators, snippet, status):
 def _kill_at_call(monkeypatch, times: int) -> list[int]:
     """Kill the worker as it is handed its next ``times`` call steps: what
     damage left by an earlier candidate would do. Returns the pids killed."""
-    original = WorkerProcess.request
+    original = WorkerProcess.send
     killed: list[int] = []
 
-    def request(self, message, timeout):
+    def send(self, message):
         if message["step"] == "call" and len(killed) < times:
             killed.append(self.process.pid)
             os.kill(self.process.pid, 9)
-        return original(self, message, timeout)
+        return original(self, message)
 
-    monkeypatch.setattr(WorkerProcess, "request", request)
+    monkeypatch.setattr(WorkerProcess, "send", send)
     return killed
 
 

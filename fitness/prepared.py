@@ -1,0 +1,233 @@
+"""A problem made ready to judge on one device, shared by the evaluators there.
+
+``PreparedProblem`` loads the reference at the main shapes (its outputs on
+the fixed inputs must be finite enough for the cutoff check to pass), the
+held-out shape variants, and what one evaluation in flight costs in memory
+(``footprint``). It keeps no reference outputs: each check computes its
+reference on the device while the worker runs the candidate, so a problem
+costs the memory of the evaluations in flight and nothing per variant.
+
+Several evaluators of one device (the slots of a Ray actor) share one
+``PreparedProblem``: the problem is loaded, its cutoff checked and its
+reference timed once per device, not once per slot.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import random
+import secrets
+import threading
+from pathlib import Path
+from typing import Any
+
+from fitness.compare import CutoffError, check_cutoff
+from fitness.problem import (
+    Problem,
+    ProblemError,
+    build_model,
+    declared_cutoff,
+    held_out_shapes,
+    load_problem,
+    make_inputs,
+)
+from fitness.refusal import out_of_memory
+from fitness.settings import DEFAULT_MAX_ABS_DIFF, EvalSettings
+from platforms import Platform
+
+log = logging.getLogger(__name__)
+
+# Draws what a candidate must not predict: which held-out shapes it is checked on.
+_SECRET = secrets.SystemRandom()
+
+GB = float(1 << 30)
+
+
+@dataclasses.dataclass
+class Variant:
+    """The reference at one set of shapes, and what its evaluation allocates."""
+
+    shapes: dict[str, int]
+    problem: Problem
+    model: Any
+    output_bytes: list[int]
+    input_bytes: int
+    scratch_bytes: int  # what the reference's forward allocated besides inputs and outputs (0: unknown)
+
+    def judge_bytes(self) -> int:
+        """The evaluator's side of one check: inputs, the reference's outputs and scratch,
+        and its copy of the candidate's outputs."""
+        return self.input_bytes + 2 * sum(self.output_bytes) + self.scratch_bytes
+
+    def worker_bytes(self, kept_outputs: int) -> int:
+        """The worker's side: inputs and their clones, ``kept_outputs`` output sets, and
+        the candidate's scratch, taken to be the reference's."""
+        return 2 * self.input_bytes + kept_outputs * sum(self.output_bytes) + self.scratch_bytes
+
+
+class PreparedProblem:
+    """The reference of one problem at its main and held-out shapes, on ``platform``'s device.
+
+    Raises ``ProblemError`` (the reference fails, or one evaluation would not
+    fit in the device's memory) and ``CutoffError``.
+    """
+
+    def __init__(
+        self,
+        reference: str | Path,
+        platform: Platform,
+        shapes: dict[str, int] | None = None,
+        max_abs_diff: float | None = None,
+        held_out: list[dict[str, int]] | None = None,
+        settings: EvalSettings | None = None,
+        dtype: str | None = None,
+        held_out_rng: random.Random | None = None,
+    ) -> None:
+        self.reference_path = Path(reference).resolve()
+        if not self.reference_path.is_file():
+            raise ProblemError(f"reference file not found: {self.reference_path}")
+        self.platform = platform
+        self.settings = settings or EvalSettings()
+        self.timing = self.settings.timing or platform.timing
+        self.shapes = dict(shapes or {})
+        self.dtype = dtype  # None: the problem's own dtypes; else floating inputs and weights cast to it
+        declared = declared_cutoff(self.reference_path)
+        self.cutoff = float(max_abs_diff if max_abs_diff is not None
+                            else declared if declared is not None else DEFAULT_MAX_ABS_DIFF)
+        self.device = platform.device()
+        self._lock = threading.Lock()
+        self._reference_ms: float | None = None
+        self.main = self._prepare(self.shapes, required=True)
+        # Held-out shapes in groups; each evaluation checks one of every group,
+        # chosen in secret. Derived groups are drawn in secret too (see
+        # fitness.problem.held_out_shapes): a kernel cannot know them.
+        # held_out_rng is for tests that must know the draw; None draws in secret.
+        self.held_out_rng = held_out_rng or _SECRET
+        if held_out is None:
+            groups = held_out_shapes(self.reference_path, self.shapes, rng=self.held_out_rng)
+        else:
+            groups = [[extra] for extra in held_out]
+        self.held_out_groups: list[list[Variant]] = []
+        for group in groups:
+            variants = [v for v in (self._prepare({**self.shapes, **extra}, required=False) for extra in group)
+                        if v is not None]
+            if variants:
+                self.held_out_groups.append(variants)
+        need, free = self.footprint(), platform.free_memory()
+        if need > free:
+            raise ProblemError(self._too_big(need, free))
+
+    # -- the reference ------------------------------------------------------------
+
+    def reference_outputs(self, variant: Variant, seed: int) -> list:
+        """The reference's outputs, on the device, for the inputs drawn from ``seed``."""
+        import torch
+
+        inputs = make_inputs(variant.problem, seed, self.device)
+        with torch.no_grad():
+            out = variant.model(*inputs)
+        del inputs
+        self.platform.synchronize()
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        return [o.detach() for o in outs]
+
+    def _prepare(self, shapes: dict[str, int], required: bool) -> Variant | None:
+        try:
+            return self._variant(shapes, required)
+        except (ProblemError, CutoffError):
+            if required:
+                raise
+            log.warning("held-out shapes %s: the problem itself fails there; skipped", shapes)
+        except Exception as exc:  # the reference is user input
+            if required:
+                what = "runs out of memory" if out_of_memory(exc) else "fails"
+                raise ProblemError(
+                    f"the reference {self.reference_path} {what} at shapes {shapes or 'as written'}: "
+                    f"{type(exc).__name__}: {str(exc).strip()[:300]}"
+                ) from None
+            log.warning("held-out shapes %s: the reference fails there (%s); skipped", shapes,
+                        str(exc).strip()[:200])
+        self.platform.release_memory()
+        return None
+
+    def _variant(self, shapes: dict[str, int], required: bool) -> Variant:
+        import torch
+
+        problem = load_problem(self.reference_path, shapes, self.dtype)
+        model = build_model(problem.Model, problem, self.settings.init_seed, self.device)
+        # Held-out shapes are checked on fresh inputs: one fixed set proves the reference works there.
+        seeds = self.settings.fixed_seeds if required else self.settings.fixed_seeds[:1]
+        output_bytes, input_bytes, scratch = [], 0, 0
+        for seed in seeds:
+            inputs = make_inputs(problem, seed, self.device)
+            input_bytes = sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
+            args = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs] if required else inputs
+            before = self.platform.track_peak()
+            with torch.no_grad():
+                out = model(*args)
+            self.platform.synchronize()
+            references = [o.detach() for o in (out if isinstance(out, (tuple, list)) else [out])]
+            output_bytes = [o.numel() * o.element_size() for o in references]
+            peak = self.platform.peak_since(before)
+            if peak is not None:
+                scratch = max(scratch, peak - sum(output_bytes))
+            del args, out
+            if required:
+                check_cutoff(references, inputs, self.cutoff)
+            del references, inputs
+        return Variant(shapes, problem, model, output_bytes, input_bytes, scratch)
+
+    def reference_ms(self) -> float:
+        """Median runtime of the reference (eager PyTorch) at the main shapes, timed once."""
+        with self._lock:
+            if self._reference_ms is None:
+                self._reference_ms = self.time_in_process(self.main.model)
+            return self._reference_ms
+
+    def time_in_process(self, model: Any) -> float:
+        """Median runtime of a trusted ``model`` (the reference, or a compiled
+        form of it) at the main shapes, timed here as candidates are timed."""
+        import torch
+
+        inputs = [make_inputs(self.main.problem, s, self.device) for s in self.settings.fixed_seeds]
+
+        def prepare(i: int) -> list:
+            return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs[i % len(inputs)]]
+
+        def run(_i: int, args: list) -> None:
+            with torch.no_grad():
+                model(*args)
+
+        return self.platform.time_runs(run, self.timing, prepare).median_ms
+
+    # -- the memory plan ------------------------------------------------------------
+
+    def variants(self) -> list[Variant]:
+        return [self.main, *(v for group in self.held_out_groups for v in group)]
+
+    def footprint(self) -> int:
+        """Bytes of device memory one evaluation in flight needs at most: the worker and
+        the evaluator at the largest variant checked, or the worker while it keeps the
+        timed runs' outputs (``timed_checks`` of them and the last), whichever is more."""
+        timed = self.main.worker_bytes(self.settings.timed_checks + 2) + self.main.judge_bytes()
+        checks = max(v.worker_bytes(1) + v.judge_bytes() for v in self.variants())
+        return max(timed, checks) + self.platform.process_overhead_bytes
+
+    def slots_that_fit(self, wanted: int) -> int:
+        """How many of ``wanted`` evaluations at once fit in the device's free memory
+        (at least 1: ``__init__`` refused a problem where one does not)."""
+        free = self.platform.free_memory()
+        fit = max(1, min(wanted, int(free // max(self.footprint(), 1))))
+        if fit < wanted:
+            log.warning("%s: %d evaluation(s) at once instead of %d: each needs about %.1f GB of the "
+                        "%.1f GB free", self.reference_path.name, fit, wanted, self.footprint() / GB, free / GB)
+        return fit
+
+    def _too_big(self, need: int, free: int) -> str:
+        main = self.main
+        return (f"{self.reference_path.name} at shapes {self.shapes or 'as written'}: one evaluation needs about "
+                f"{need / GB:.1f} GB of memory (inputs {main.input_bytes / GB:.2f} GB, outputs "
+                f"{sum(main.output_bytes) / GB:.2f} GB, kept for {self.settings.timed_checks + 1} checked timed runs, "
+                f"the reference's scratch {main.scratch_bytes / GB:.2f} GB), but only {free / GB:.1f} GB is free "
+                f"on {self.platform.device_name()}; choose smaller `shapes:`")
