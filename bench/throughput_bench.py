@@ -61,8 +61,12 @@ def with_pool(config, sources: list[str], actors: int, slots: int) -> dict:
 
 
 def fresh_processes(config, sources: list[str]) -> dict:
-    """``kevo verify`` in a new Python process per candidate."""
+    """``kevo verify`` in a new Python process per candidate, with the config's shapes, cutoff and dtype."""
     shapes = [f"--shape={k}={v}" for k, v in config.problem.shapes.items()]
+    if config.fitness.max_abs_diff is not None:
+        shapes.append(f"--max-abs-diff={config.fitness.max_abs_diff}")
+    if config.problem.dtype is not None:
+        shapes.append(f"--dtype={config.problem.dtype}")
     walls = []
     with tempfile.TemporaryDirectory() as tmp:
         for i, source in enumerate(sources):

@@ -114,6 +114,9 @@ def _sweep(args: argparse.Namespace, entries: list, sweep_dir: Path) -> int:
         progress = Progress(console)
         try:
             return start_run(config_path, run_dir, progress, dispatchers=pool)
+        except Exception:
+            pool.close()  # the next run starts on fresh evaluators
+            raise
         finally:
             progress.close()
 
@@ -121,6 +124,9 @@ def _sweep(args: argparse.Namespace, entries: list, sweep_dir: Path) -> int:
         progress = Progress(console)
         try:
             return resume_run(run_dir, progress, dispatchers=pool)
+        except Exception:
+            pool.close()
+            raise
         finally:
             progress.close()
 
@@ -141,6 +147,10 @@ def _sweep(args: argparse.Namespace, entries: list, sweep_dir: Path) -> int:
         print(json.dumps(summary))
     else:
         print(format_summary(summary))
+    failed = [o.name for o in outcomes if o.status == "failed"]
+    if failed:
+        print(f"kevo sweep: {len(failed)} run(s) failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
     return 0
 
 

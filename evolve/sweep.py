@@ -247,8 +247,11 @@ def run_sweep(entries: list[Entry], sweep_dir: Path, start: Starter, resume: Res
               on_outcome: Callable[[Outcome], None] = lambda o: None) -> list[Outcome]:
     """Run every entry not finished yet; return (and store) every entry's outcome.
 
-    A problem that cannot run (its reference fails, no seed is accepted) is a
-    ``failed`` outcome and the sweep goes on; only an interruption stops it.
+    A run that cannot go on is a ``failed`` outcome, stored in its directory,
+    and the sweep goes on with the next: a problem that cannot run (its
+    reference fails, it does not fit in memory, no seed is accepted) and a
+    failure of kevo's alike (its traceback is logged, its reason names it as
+    kevo's). Only an interruption stops the sweep.
     """
     sweep_dir.mkdir(parents=True, exist_ok=True)
     _claim(sweep_dir, entries)
@@ -270,15 +273,25 @@ def run_sweep(entries: list[Entry], sweep_dir: Path, start: Starter, resume: Res
                 outcome = _outcome(entry, run_dir, "finished", reason)
             except KeyboardInterrupt:
                 raise
-            except Exception as exc:  # the problem's own failure: recorded, and the sweep goes on
-                if not _is_users(exc):
-                    raise
-                outcome = Outcome(entry.name, "failed", f"{type(exc).__name__}: {exc}")
-                (run_dir / "failed.json").write_text(json.dumps(dataclasses.asdict(outcome)), encoding="utf-8")
+            except Exception as exc:  # recorded, and the sweep goes on with the next problem
+                outcome = _failed(entry, run_dir, exc)
         outcomes.append(outcome)
         on_outcome(outcome)
     (sweep_dir / SUMMARY_FILE).write_text(json.dumps(summary_dict(outcomes), indent=1), encoding="utf-8")
     return outcomes
+
+
+def _failed(entry: Entry, run_dir: Path, exc: Exception) -> Outcome:
+    if _is_users(exc):
+        reason = f"{type(exc).__name__}: {exc}"
+    else:
+        log.error("sweep: %s failed in kevo itself", entry.name, exc_info=exc)
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        reason = f"kevo failed ({type(exc).__name__}: {first}); the traceback is in the log"
+    outcome = Outcome(entry.name, "failed", reason)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "failed.json").write_text(json.dumps(dataclasses.asdict(outcome)), encoding="utf-8")
+    return outcome
 
 
 def _is_users(exc: Exception) -> bool:

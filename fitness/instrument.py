@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import _thread
 import builtins
+import hashlib
 import json
 import os
 import sys
@@ -66,11 +67,13 @@ def watched_objects(torch, triton_jit, interpreter, platform) -> dict[str, tuple
     # the thread counters (instrument_threads) and the platform's own methods: the timer lives there
     watched["threading.Thread.start"] = (threading.Thread, "start")
     watched["_thread.start_new_thread"] = (_thread, "start_new_thread")
+    # how the CPU platform tells that an input was changed
+    watched["hashlib.blake2b"] = (hashlib, "blake2b")
     # how outputs reach the evaluator on the device
     watched["torch.UntypedStorage._share_cuda_"] = (torch.UntypedStorage, "_share_cuda_")
     watched["torch.UntypedStorage.size"] = (torch.UntypedStorage, "size")
     for attr in ("time_runs", "synchronize", "flush_cache", "_start_stop", "poison_memory",
-                 "_timer_overhead", "_timeline", "export_tensor", "release_memory"):
+                 "_timer_overhead", "_timeline", "export_tensor", "release_memory", "witness", "unchanged"):
         watched[f"platform.{attr}"] = (type(platform), attr)
     return watched
 

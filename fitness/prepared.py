@@ -162,20 +162,20 @@ class PreparedProblem:
         for seed in seeds:
             inputs = make_inputs(problem, seed, self.device)
             input_bytes = sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
-            args = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs] if required else inputs
             before = self.platform.track_peak()
             with torch.no_grad():
-                out = model(*args)
+                out = model(*inputs)
             self.platform.synchronize()
             references = [o.detach() for o in (out if isinstance(out, (tuple, list)) else [out])]
             output_bytes = [o.numel() * o.element_size() for o in references]
             peak = self.platform.peak_since(before)
             if peak is not None:
                 scratch = max(scratch, peak - sum(output_bytes))
-            del args, out
+            del inputs, out
             if required:
-                check_cutoff(references, inputs, self.cutoff)
-            del references, inputs
+                # on the inputs as drawn: the reference may have changed the ones it was given
+                check_cutoff(references, make_inputs(problem, seed, self.device), self.cutoff)
+            del references
         return Variant(shapes, problem, model, output_bytes, input_bytes, scratch)
 
     def reference_ms(self) -> float:
@@ -190,10 +190,10 @@ class PreparedProblem:
         form of it) at the main shapes, timed here as candidates are timed."""
         import torch
 
-        inputs = [make_inputs(self.main.problem, s, self.device) for s in self.settings.fixed_seeds]
+        seeds = self.settings.fixed_seeds
 
-        def prepare(i: int) -> list:
-            return [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs[i % len(inputs)]]
+        def prepare(i: int) -> list:  # one input set at a time, drawn afresh as a candidate's are
+            return make_inputs(self.main.problem, seeds[i % len(seeds)], self.device)
 
         def run(_i: int, args: list) -> None:
             with torch.no_grad():

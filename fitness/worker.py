@@ -167,18 +167,26 @@ class Harness:
                 raise Refusal("wrong", f"output {i} is on {t.device}, expected {self.device}")
         return items
 
-    def _check_inputs(self, originals: list, used: list) -> None:
-        for j, (a, b) in enumerate(zip(originals, used)):
-            if isinstance(a, self.torch.Tensor) and not _same_bits(self.torch, a, b):
-                raise Refusal("mutated_input", f"forward changed input {j}")
+    def _witnesses(self, inputs: list) -> list:
+        """What tells, after the candidate ran, whether it changed ``inputs`` (``Platform.witness``)."""
+        return [self.platform.witness(x) if isinstance(x, self.torch.Tensor) else None for x in inputs]
+
+    def _changed(self, witnesses: list, used: list) -> int | None:
+        """The index of the first input the candidate changed, or None."""
+        for j, (w, x) in enumerate(zip(witnesses, used)):
+            if w is not None and not self.platform.unchanged(w, x):
+                return j
+        return None
 
     def call(self, seed: int, poison: list[int]) -> tuple[dict, list]:
         """Run forward once on fresh clones of the inputs drawn from ``seed``."""
-        originals = self._inputs(seed)
-        args = [x.clone() if isinstance(x, self.torch.Tensor) else x for x in originals]
+        args = self._inputs(seed)
+        witnesses = self._witnesses(args)
         self.platform.poison_memory(poison)
         outputs = self._outputs(self._run(args))
-        self._check_inputs(originals, args)
+        changed = self._changed(witnesses, args)
+        if changed is not None:
+            raise Refusal("mutated_input", f"forward changed input {changed}")
         return {"ok": True}, outputs
 
     def time(self, base_seed: int, check_seed: int, checks: int, poison: list[int],
@@ -203,8 +211,8 @@ class Harness:
             return base_seed + i if i >= 0 else base_seed + (1 << 20) - i
 
         def prepare(i: int) -> list:
-            current["originals"] = self._inputs(seed_of(i))
-            args = [x.clone() if isinstance(x, torch.Tensor) else x for x in current["originals"]]
+            args = self._inputs(seed_of(i))
+            current["witnesses"] = self._witnesses(args)
             self.platform.poison_memory(poison)
             return args
 
@@ -214,6 +222,7 @@ class Harness:
         def finish(i: int, args: list, outputs: Any) -> None:
             # outside the timed region: bookkeeping and the input check are not the kernel's time
             if i < 0:
+                current.clear()
                 return
             if len(kept) < checks:
                 slot = len(kept)
@@ -226,8 +235,7 @@ class Harness:
                 if len(kept) >= checks:
                     kept.pop(sorted(kept)[slot])
                 kept[i] = outputs
-            if not all(not isinstance(a, torch.Tensor) or _same_bits(torch, a, b)
-                       for a, b in zip(current["originals"], args)):
+            if self._changed(current.pop("witnesses"), args) is not None:
                 mutated.append(i)
 
         collecting = gc.isenabled()
@@ -306,14 +314,6 @@ class Harness:
         except Refusal as stronger:
             refusal = stronger
         return {"ok": False, "status": refusal.status, "reason": refusal.reason, "fatal": refusal.fatal}
-
-
-def _same_bits(torch, a, b) -> bool:
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
-    a8 = a.contiguous().reshape(-1).view(torch.uint8)
-    b8 = b.contiguous().reshape(-1).view(torch.uint8)
-    return bool(torch.equal(a8, b8))
 
 
 def _exit_with_parent(leftovers: list[str]) -> None:

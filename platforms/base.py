@@ -140,6 +140,20 @@ class Platform(abc.ABC):
         """
         raise ValueError(f"the {self.name} platform opens no device memory of another process")
 
+    def witness(self, tensor: Any) -> Any:
+        """What tells later whether ``tensor`` was changed (``unchanged``): here a copy of it."""
+        return tensor.clone()
+
+    def unchanged(self, witness: Any, tensor: Any) -> bool:
+        """True when ``tensor`` holds, bit for bit, what it held when ``witness`` was taken."""
+        import torch
+
+        if witness.shape != tensor.shape or witness.dtype != tensor.dtype:
+            return False
+        a8 = witness.contiguous().reshape(-1).view(torch.uint8)
+        b8 = tensor.contiguous().reshape(-1).view(torch.uint8)
+        return bool(torch.equal(a8, b8))
+
     def release_memory(self) -> None:
         """Give cached, unused device memory back (after running out of it, say)."""
 
@@ -207,6 +221,7 @@ class Platform(abc.ABC):
         while n_warm < 1 or (clock() - warm_start) * 1e3 < settings.warmup_ms:
             args = prepare(-1 - n_warm)
             finish(-1 - n_warm, args, run(-1 - n_warm, args))
+            del args
             n_warm += 1
         self.synchronize()
         per_run = (clock() - warm_start) * 1e3 / n_warm
@@ -228,7 +243,7 @@ class Platform(abc.ABC):
                     walls.append((clock() - t0) * 1e3)
                 marks.append((start, stop))
                 finish(i, args, out)
-                del out
+                del out, args  # before the next run's inputs are made: one run's memory at a time
         runs = [elapsed(start, stop) for start, stop in marks]
         spans = timeline.spans(n_runs) if timeline else None
         return Timing(runs, walls, overhead, spans)

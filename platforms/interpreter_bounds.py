@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import gc
+
 import numpy as np
 
 
@@ -53,6 +55,10 @@ class _CheckedAccess:
         return self._raw.atomic_rmw(op, ptrs, val, mask, sem)
 
 
+# A launch over this many bytes of tensors is followed by a collection (see __call__ below).
+_COLLECT_BYTES = 32 << 20
+
+
 class InterpreterBounds:
     """The tensors of the running launch, and the accesses refused so far."""
 
@@ -79,7 +85,14 @@ class InterpreterBounds:
             try:
                 return original_call(self_, *args, **kwargs)
             finally:
+                large = self._ends is not None and int((self._ends - self._starts).sum()) >= _COLLECT_BYTES
                 self._starts = self._ends = None
+                if large:
+                    # Triton's interpreter keeps a launch's tensors in a reference cycle
+                    # (a recursive closure over a dict of their storages, in
+                    # GridExecutor._init_args_hst) until the collector runs, which can
+                    # be many launches later: gigabytes at KernelBench's sizes.
+                    gc.collect()
 
         executor._init_args_hst = _init_args_hst
         executor.__call__ = __call__

@@ -130,7 +130,8 @@ def test_kevo_sweep_runs_every_problem_and_resumes_after_kill_9(tmp_path):
     proc.wait(30)
     assert not (run_dir / SUMMARY_FILE).exists()
     done = kevo("resume", run_dir)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 1, done.stderr[-3000:]  # one run failed: the exit code says so
+    assert "1 run(s) failed: 001-lax" in done.stderr
     assert "1/3 correct" in done.stdout or "2/3 correct" in done.stdout, done.stdout
     summary = json.loads((run_dir / SUMMARY_FILE).read_text())
     runs = {r["name"]: r for r in summary["runs"]}
@@ -146,7 +147,7 @@ def test_kevo_sweep_runs_every_problem_and_resumes_after_kill_9(tmp_path):
     assert report.returncode == 0 and json.loads(report.stdout)["runs"] == summary["runs"], report.stderr
     # once more: every run has ended, nothing is evaluated again
     again = kevo("sweep", sweep, "--run-dir", run_dir, "--json")
-    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.returncode == 1, again.stderr[-2000:]
     assert json.loads(again.stdout)["runs"] == summary["runs"]
 
 
