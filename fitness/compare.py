@@ -137,9 +137,9 @@ def _finite_mean(ref: torch.Tensor) -> float | None:
 
 
 def _trivial_outputs(ref: torch.Tensor, inputs: Sequence) -> dict[str, torch.Tensor | float]:
-    """Trivial outputs by name: a tensor of the reference's shape, or a constant."""
+    """Trivial outputs by name: a flat tensor of the reference's shape, or a constant."""
     trivial: dict[str, torch.Tensor | float] = {"zeros": 0.0}
-    mean = _finite_mean(ref)
+    mean = _finite_mean(_flat(ref))
     if mean is not None:
         # the constant as the output's dtype would hold it
         trivial["a constant (the mean)"] = float(torch.tensor(mean, dtype=torch.float64).to(ref.dtype))
@@ -182,7 +182,7 @@ def check_cutoff(references: Sequence[torch.Tensor], inputs: Sequence, cutoff: f
         raise CutoffError(f"the cutoff must be a positive finite number, got {cutoff}")
     for i, ref in enumerate(_as_list(references)):
         flat = _flat(ref)
-        for name, trivial in _trivial_outputs(flat, inputs).items():
+        for name, trivial in _trivial_outputs(ref, inputs).items():
             share, gaps = _match(flat, trivial, cutoff)
             if share >= TRIVIAL_MATCH_LIMIT:
                 picked = sample(flat).to(torch.float64)

@@ -157,3 +157,30 @@ def test_the_shipped_suite_sweep_loads():
                                                          "matvec", "matmul"]
     assert not any(e.skip for e in entries)
     assert all(e.config["platform"] == "cuda" for e in entries)
+
+
+def test_a_run_that_fails_in_kevo_itself_is_recorded_and_the_sweep_goes_on(tmp_path):
+    from evolve.sweep import run_sweep
+    from fitness import ProblemError
+
+    sweep = write_sweep(tmp_path / "s.yaml", [problem("elementwise"), problem("softmax")])
+    entries = load_sweep(sweep)
+    started = []
+
+    def start(config_path: Path, run_dir: Path) -> str:
+        started.append(run_dir.name)
+        if len(started) == 1:
+            raise RuntimeError("kevo's worker failed (a bug of kevo):\nTraceback ...")
+        raise ProblemError("the reference fails")
+
+    def resume(run_dir: Path) -> str:
+        raise AssertionError("nothing to resume")
+
+    outcomes = run_sweep(entries, tmp_path / "out", start, resume)
+    assert started == [entries[0].name, entries[1].name]  # the sweep went on past the failure
+    assert [o.status for o in outcomes] == ["failed", "failed"]
+    assert outcomes[0].reason.startswith("kevo failed (RuntimeError: kevo's worker failed")
+    assert outcomes[1].reason == "ProblemError: the reference fails"
+    stored = json.loads((tmp_path / "out" / entries[0].name / "failed.json").read_text())
+    assert stored["reason"] == outcomes[0].reason  # a resumed sweep does not run it again
+    assert json.loads((tmp_path / "out" / SUMMARY_FILE).read_text())["problems"] == 2

@@ -1,0 +1,218 @@
+"""Judging in bounded memory: chunked comparisons, outputs handed over without
+copies through host pickles, a memory plan, and out of memory as a result."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import fitness.compare as compare_module
+from evolve.actor import EvaluatorActor, EvaluatorSpec
+from fitness import EvalResult, Evaluator, EvalSettings, ProblemError, Status
+from fitness.compare import CutoffError, check_cutoff, compare
+from platforms.cuda import _checked_share
+
+ROOT = Path(__file__).resolve().parents[1]
+ELEMENTWISE = ROOT / "problems" / "elementwise" / "reference.py"
+SOFTMAX = ROOT / "problems" / "softmax" / "reference.py"
+
+
+def _naive(out: torch.Tensor, ref: torch.Tensor) -> float:
+    finite = torch.isfinite(ref)
+    return float((out.double()[finite] - ref.double()[finite]).abs().max())
+
+
+def test_chunked_comparison_sees_what_a_whole_one_sees(monkeypatch):
+    monkeypatch.setattr(compare_module, "CHUNK", 7)  # many chunks, the last one short
+    torch.manual_seed(0)
+    ref = torch.randn(10, 11)
+    ref[3, 4] = float("inf")
+    ref[9, 10] = float("nan")
+    out = ref + 1e-3 * torch.randn(10, 11)
+    out[3, 4], out[9, 10] = float("inf"), float("nan")
+    verdict = compare([out], [ref], 1e-2)
+    assert verdict.status == "accepted" and verdict.max_abs_diff == pytest.approx(_naive(out, ref))
+    out[7, 2] += 1.0  # one element past the cutoff, in a middle chunk
+    verdict = compare([out], [ref], 1e-2)
+    assert verdict.status == "wrong" and verdict.max_abs_diff == pytest.approx(_naive(out, ref))
+    out[7, 2] = float("nan")
+    out[0, 0] = float("inf")
+    assert "2 non-finite" in compare([out], [ref], 1e-2).reason
+    out = ref.clone()
+    out[9, 10] = 0.0  # the reference is NaN there
+    assert compare([out], [ref], 1e9).status == "wrong"
+
+
+def test_chunked_comparison_of_non_contiguous_outputs(monkeypatch):
+    monkeypatch.setattr(compare_module, "CHUNK", 5)
+    ref = torch.arange(24.0).reshape(4, 6)
+    out = ref.t().contiguous().t()  # same values, other strides
+    assert compare([out], [ref], 0.0).status == "accepted"
+    bad = out.clone()
+    bad[2, 5] += 1
+    assert compare([bad], [ref], 0.5).max_abs_diff == pytest.approx(1.0)
+
+
+def test_cutoff_check_in_chunks_still_refuses_trivial_outputs(monkeypatch):
+    monkeypatch.setattr(compare_module, "CHUNK", 64)
+    monkeypatch.setattr(compare_module, "SAMPLE", 50)
+    torch.manual_seed(0)
+    x = torch.randn(4, 1000)
+    with pytest.raises(CutoffError, match="zeros"):
+        check_cutoff([torch.softmax(x, dim=1)], [x], 1e-2)
+    check_cutoff([torch.softmax(x, dim=1)], [x], 1e-6)
+    with pytest.raises(CutoffError, match="input 0"):
+        check_cutoff([x + 1e-5], [x], 1e-3)
+
+
+def _share(**overrides) -> dict:
+    shared = {"device": 0, "handle": "aGFuZGxl", "storage_bytes": 4096, "storage_offset_bytes": 0,
+              "ref_counter": "/torch_1234_99_0", "ref_offset": 3, "event": None, "event_sync": False,
+              "offset": 0}
+    shared.update(overrides)
+    return shared
+
+
+def test_a_shared_device_tensor_is_opened_only_when_every_part_checks_out():
+    args = _checked_share(_share(), torch.float32, [32, 32], producer_pid=1234, index=0)
+    assert args[1] == b"handle" and args[4] == b"/torch_1234_99_0"
+    refused = [
+        (_share(ref_counter="/torch_999_99_0"), "reference counter"),  # another process's counter
+        (_share(ref_counter="/../etc/passwd"), "reference counter"),
+        (_share(ref_offset=10_000), "ref_offset"),  # past the counter file
+        (_share(storage_bytes=4095), "storage_bytes"),  # smaller than the tensor
+        (_share(offset=1), "storage_bytes"),
+        (_share(device=1), "device"),
+        (_share(handle="not base64!"), "handle"),
+        (_share(event_sync=True), "handle"),  # an event to wait on, but none given
+        (_share(storage_offset_bytes=-4), "storage_offset_bytes"),
+    ]
+    for shared, what in refused:
+        with pytest.raises(ValueError, match=what):
+            _checked_share(shared, torch.float32, [32, 32], producer_pid=1234, index=0)
+
+
+def test_the_evaluator_keeps_no_reference_outputs():
+    with Evaluator(ELEMENTWISE, platform="cpu", shapes={"batch_size": 4, "dim": 100}) as evaluator:
+        assert not any(isinstance(v, torch.Tensor) for v in vars(evaluator.main).values())
+        assert evaluator.prepared.footprint() > 0
+        result = evaluator.evaluate((ROOT / "problems" / "elementwise" / "seed.py").read_text())
+    assert result.status is Status.ACCEPTED, result.reason
+    # 2 fixed and 1 fresh input set, one per held-out group, and the timed runs (all of the CPU's few)
+    assert result.checks >= 3 + 2 + 3
+
+
+def test_a_problem_that_cannot_fit_is_refused_naming_the_memory(monkeypatch):
+    from platforms.cpu import CpuPlatform
+
+    monkeypatch.setattr(CpuPlatform, "free_memory", lambda self: 1 << 20)
+    with pytest.raises(ProblemError, match=r"needs about .* GB of memory .* only 0.0 GB is free .* smaller `shapes:`"):
+        Evaluator(ELEMENTWISE, platform="cpu", shapes={"batch_size": 64, "dim": 4096})
+
+
+def test_out_of_memory_in_the_harness_is_a_result_not_a_traceback():
+    """The worker's own allocation (the problem's inputs) fails under an address-space cap."""
+    shapes = {"batch_size": 8192, "dim": 16384}  # one 512 MB input
+    with Evaluator(SOFTMAX, platform="cpu", shapes={"batch_size": 4, "dim": 64}) as probe:
+        probe.evaluate((ROOT / "problems" / "softmax" / "seed.py").read_text())
+        pid = probe._worker.process.pid
+        status = Path(f"/proc/{pid}/status").read_text()
+    vm_peak = int(next(line for line in status.splitlines() if line.startswith("VmPeak")).split()[1]) * 1024
+    settings = EvalSettings(memory_limit_bytes=vm_peak + (256 << 20))  # room for the harness, not the input
+    with Evaluator(SOFTMAX, platform="cpu", shapes=shapes, settings=settings, held_out=[]) as evaluator:
+        result = evaluator.evaluate((ROOT / "problems" / "softmax" / "seed.py").read_text())
+    assert result.status is Status.OUT_OF_MEMORY, result.reason
+    assert result.harness_failure and "kevo's worker ran out of memory" in result.reason
+
+
+class _Prepared:
+    def slots_that_fit(self, wanted: int) -> int:
+        return wanted
+
+
+class _FlakyEvaluator:
+    """Runs out of kevo's memory while another evaluation is in flight, not alone."""
+
+    def __init__(self, actor_state: dict) -> None:
+        self.prepared = _Prepared()
+        self.state = actor_state
+
+    def evaluate(self, source: str) -> EvalResult:
+        with self.state["lock"]:
+            self.state["running"] += 1
+        time.sleep(0.2)
+        with self.state["lock"]:
+            crowded = self.state["running"] > 1  # the other evaluation overlapped this one
+            self.state["running"] -= 1
+        if crowded and source == "big":
+            return EvalResult(Status.OUT_OF_MEMORY, "kevo's worker ran out of memory during call",
+                              harness_failure=True)
+        return EvalResult(Status.ACCEPTED, runtime_ms=1.0)
+
+    def close(self) -> None:
+        pass
+
+
+def test_an_actor_retries_an_out_of_memory_alone_and_keeps_fewer_in_flight(monkeypatch):
+    state = {"lock": threading.Lock(), "running": 0}
+    monkeypatch.setattr(EvaluatorSpec, "build", lambda self, lane=None, prepared=None: _FlakyEvaluator(state))
+    actor = EvaluatorActor(slots=2)
+    spec = EvaluatorSpec("r.py")
+    results = {}
+
+    def evaluate(source: str) -> None:
+        results[source] = actor.evaluate(spec, source)[1]
+
+    threads = [threading.Thread(target=evaluate, args=(s,)) for s in ("big", "small")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results["big"].status is Status.ACCEPTED  # tried again with the device to itself
+    assert results["small"].status is Status.ACCEPTED
+    assert actor._limit[spec] == 1
+
+
+PEAK = textwrap.dedent("""
+    import json, resource, runpy, sys
+    sys.argv = ["kevo", *sys.argv[1:]]
+    try:
+        runpy.run_module("evolve.cli", run_name="__main__")
+    except SystemExit as exit:
+        code = exit.code
+    print(json.dumps({"judge": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                      "worker": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024,
+                      "code": code}), file=sys.stderr)
+""")
+
+
+def _peaks(tmp_path: Path, batch_size: int, dim: int) -> dict:
+    seed = (ROOT / "problems" / "elementwise" / "seed.py").read_text()
+    candidate = tmp_path / "wide_blocks.py"  # few interpreted programs: the test is about memory
+    candidate.write_text(seed.replace("BLOCK_SIZE=1024", "BLOCK_SIZE=1 << 20"))
+    script = tmp_path / "peak.py"
+    script.write_text(PEAK)
+    done = subprocess.run([sys.executable, str(script), "verify", str(ELEMENTWISE), str(candidate), "--device", "cpu",
+                           "--shape", f"batch_size={batch_size}", "--shape", f"dim={dim}", "--json"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    peaks = json.loads(done.stderr.strip().splitlines()[-1])
+    assert peaks["code"] == 0 and json.loads(done.stdout)["status"] == "accepted", done.stderr[-2000:]
+    return peaks
+
+
+@pytest.mark.slow
+def test_judge_and_worker_need_under_ten_times_the_output_over_a_tiny_shape(tmp_path):
+    tiny = _peaks(tmp_path, 4, 1024)
+    big = _peaks(tmp_path, 2048, 16384)
+    output_bytes = 2048 * 16384 * 4  # 128 MB
+    for side in ("judge", "worker"):
+        extra = big[side] - tiny[side]
+        assert extra <= 10 * output_bytes, f"the {side} needed {extra / output_bytes:.1f}x the output"
