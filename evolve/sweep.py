@@ -150,7 +150,7 @@ def _expand(item: Any, defaults: dict, base: Path, where: str) -> list[Entry]:
         for key in ("shapes", "held_out_shapes"):
             if key in item:
                 problem[key] = item[key]
-        name = item.get("name") or Path(item["reference"]).parent.name or Path(item["reference"]).stem
+        name = item.get("name") or _problem_name(Path(item["reference"]))
         problems = [(name, _merge(defaults, {"problem": problem}))]
     else:
         problems = [(n, _merge(defaults, {"problem": p})) for n, p in _folder(item, base, where)]
@@ -230,6 +230,12 @@ def _merge(defaults: dict, own: dict) -> dict:
         else:
             merged[key] = copy.deepcopy(value)
     return merged
+
+
+def _problem_name(reference: Path) -> str:
+    """A run's name for a problem file: its stem (``26_GELU_``), or for the suite's
+    ``NAME/reference.py`` layout the folder's name."""
+    return reference.parent.name if reference.stem == "reference" and reference.parent.name else reference.stem
 
 
 def _slug(name: str) -> str:

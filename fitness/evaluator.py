@@ -122,9 +122,13 @@ class Evaluator:
             self._worker = WorkerProcess(
                 self.platform.name, index, dict(self.platform.worker_env),
                 self.settings.startup_timeout_s, self.settings.memory_limit_bytes,
-                open_shared=self.platform.import_tensor,
+                open_shared=self._open_shared,
             )
         return self._worker
+
+    def _open_shared(self, shared: dict, dtype: Any, shape: list, pid: int) -> Any:
+        with self._timed("hand-over"):
+            return self.platform.import_tensor(shared, dtype, shape, pid)
 
     def _discard_worker(self) -> None:
         if self._worker is not None:
