@@ -1,5 +1,5 @@
 """Where one evaluation's wall time goes: the worker's steps (load, call,
-time, timed_outputs) and the evaluator's own work (reference outputs,
+time, with the checked timed runs handed over inside it) and the evaluator's own work (reference outputs,
 comparisons, timing the reference), for each suite seed.
 
 Each seed is evaluated ``--repeats`` times in one warm evaluator (the first,

@@ -86,6 +86,7 @@ class Evaluator:
         self._held_out_rng = prepared.held_out_rng
         self._worker: WorkerProcess | None = None
         self._served = 0  # candidates the current worker has been handed
+        self._timed_worst = 0.0  # the largest difference over the last window's checked runs
         # Wall seconds of the last evaluation by part (worker steps, the evaluator's own checks).
         self.walls: collections.Counter[str] = collections.Counter()
         # Shared with the other evaluators on this device, if any (fitness.lane).
@@ -179,7 +180,9 @@ class Evaluator:
         except Exception as exc:
             if not out_of_memory(exc):
                 raise
-            # kevo's own side (a reference, a comparison, a copy of the outputs) ran out
+            # kevo's own side (a reference, a comparison, a copy of the outputs) ran out;
+            # the worker may be waiting in the middle of a step: it goes too
+            self._discard_worker()
             self.platform.release_memory()
             return EvalResult(Status.OUT_OF_MEMORY, f"kevo's evaluator ran out of memory while judging "
                               f"({type(exc).__name__})", harness_failure=True, **base)
@@ -250,47 +253,27 @@ class Evaluator:
         # Timed inputs are fresh too, and new for every run: a candidate that
         # recognises inputs it has seen must not answer them from a cache.
         base_seed = secrets.randbelow(2**30)
+        judged: list[int] = []
         with self.lane.exclusive():
             with self._timed("reference timing"):
                 self.reference_ms()  # timed with the device to itself, like the candidate
             started = time.monotonic()
-            reply, _ = self._step({"step": "time", "base_seed": base_seed,
-                                   "check_seed": secrets.randbits(64), "checks": self.settings.timed_checks,
-                                   "poison": self.main.output_bytes,
-                                   "timing": dataclasses.asdict(self.timing)})
+            reply, verdict = self._timed_window(base_seed, judged)
             wall_s = time.monotonic() - started
+        if verdict is not None and verdict.status != "accepted":
+            run = judged[-1]
+            return EvalResult(Status(verdict.status), f"timed run {run}: {verdict.reason}",
+                              max_abs_diff=verdict.max_abs_diff, checks=checks + len(judged) - 1, **base)
         if not reply["ok"]:
             return _refused(reply, "while timing: ", base)
         n_runs = len(reply["runs_ms"])
-        indices = [row[0] for row in reply["checked"]]
-        if n_runs - 1 not in indices or len(set(indices)) < min(n_runs, self.settings.timed_checks):
+        if (reply["checked"] != judged or n_runs - 1 not in judged
+                or len(judged) < min(n_runs, self.settings.timed_checks)):
             self._discard_worker()
-            return EvalResult(Status.FORBIDDEN, "the worker did not return the timed runs it had to",
+            return EvalResult(Status.FORBIDDEN, "the worker did not hand over the timed runs it had to",
                               checks=checks, **base)
-        # The checked runs' outputs travel after the lane is free again, one run at a time.
-        for run_index, seed, n_outputs in reply["checked"]:
-            if seed != base_seed + run_index or not 0 <= run_index < n_runs:
-                self._discard_worker()
-                return EvalResult(Status.FORBIDDEN, "the worker reported a timed run on inputs it was not given",
-                                  checks=checks, **base)
-            references: list = []
-
-            def reference(seed: int = seed) -> None:
-                with self._timed("reference outputs"):
-                    references.extend(self.prepared.reference_outputs(self.main, seed))
-
-            with self.lane.shared():
-                fetched, outputs = self._step({"step": "timed_outputs", "run": run_index}, reference)
-                if not fetched["ok"]:
-                    return _refused(fetched, "after timing: ", base)
-                with self._timed("compare"):
-                    verdict = compare(outputs, references, self.cutoff)
-            del outputs, references
-            if verdict.status != "accepted":
-                return EvalResult(Status(verdict.status), f"timed run {run_index}: {verdict.reason}",
-                                  max_abs_diff=verdict.max_abs_diff, checks=checks, **base)
-            checks += 1
-            worst = max(worst, verdict.max_abs_diff)
+        checks += len(judged)
+        worst = max(worst, self._timed_worst)
         runs, walls = reply["runs_ms"], reply["wall_ms"]
         problem = _timer_disagrees(runs, walls, wall_s)
         if problem:
@@ -301,6 +284,44 @@ class Evaluator:
         timing = Timing(runs, walls, float(reply["overhead_ms"]), device)
         return EvalResult(Status.ACCEPTED, "", max_abs_diff=worst, runtime_ms=timing.median_ms,
                           runtime_spread=timing.spread, reference_ms=self.reference_ms(), checks=checks, **base)
+
+    def _timed_window(self, base_seed: int, judged: list[int]) -> tuple[dict[str, Any], Any]:
+        """The worker's time step: (its final reply, the verdict on the last run it handed
+        over, or None). Each checked run's outputs arrive as the run ends; the worker
+        waits while they are judged here, so it keeps one run's outputs at a time.
+        ``judged`` gets the run indices as they come. A forged hand-over raises ``WorkerGone``."""
+        worker = self._get_worker()
+        started = time.monotonic()
+        self._timed_worst, verdict = 0.0, None
+        try:
+            nonce = worker.send({"step": "time", "base_seed": base_seed, "check_seed": secrets.randbits(64),
+                                 "checks": self.settings.timed_checks, "poison": self.main.output_bytes,
+                                 "timing": dataclasses.asdict(self.timing)})
+            while True:
+                reply, outputs = worker.answer(nonce, self.settings.timeout_s)
+                if reply.get("interim") != "timed_run":
+                    break
+                run, seed = reply.get("run"), reply.get("seed")
+                if (type(run) is not int or run < 0 or (judged and run <= judged[-1])
+                        or seed != base_seed + run):
+                    worker.kill()
+                    raise WorkerGone("forbidden", "the worker handed over a timed run on inputs it was not given")
+                judged.append(run)
+                with self._timed("reference outputs"):
+                    references = self.prepared.reference_outputs(self.main, seed)
+                with self._timed("compare"):
+                    verdict = compare(outputs, references, self.cutoff)
+                del outputs, references
+                self._timed_worst = max(self._timed_worst, verdict.max_abs_diff)
+                worker.send({"step": "continue" if verdict.status == "accepted" else "stop"})
+        except WorkerGone:
+            self._discard_worker()
+            raise
+        finally:
+            self.walls["step time"] += time.monotonic() - started
+        if reply.get("fatal"):
+            self._discard_worker()
+        return reply, verdict
 
     def profile(self, source: str, runtime_ms: float | None = None) -> dict[str, Any]:
         """The profile of candidate ``source`` (a parent), as ``ProfileRecord.to_dict()``.

@@ -208,11 +208,9 @@ class PreparedProblem:
 
     def footprint(self) -> int:
         """Bytes of device memory one evaluation in flight needs at most: the worker and
-        the evaluator at the largest variant checked, or the worker while it keeps the
-        timed runs' outputs (``timed_checks`` of them and the last), whichever is more."""
-        timed = self.main.worker_bytes(self.settings.timed_checks + 2) + self.main.judge_bytes()
-        checks = max(v.worker_bytes(1) + v.judge_bytes() for v in self.variants())
-        return max(timed, checks) + self.platform.process_overhead_bytes
+        the evaluator at the largest variant checked (timed runs are judged one at a
+        time, so timing needs no more than a check), plus a process's own overhead."""
+        return max(v.worker_bytes(1) + v.judge_bytes() for v in self.variants()) + self.platform.process_overhead_bytes
 
     def slots_that_fit(self, wanted: int) -> int:
         """How many of ``wanted`` evaluations at once fit in the device's free memory
@@ -228,6 +226,6 @@ class PreparedProblem:
         main = self.main
         return (f"{self.reference_path.name} at shapes {self.shapes or 'as written'}: one evaluation needs about "
                 f"{need / GB:.1f} GB of memory (inputs {main.input_bytes / GB:.2f} GB, outputs "
-                f"{sum(main.output_bytes) / GB:.2f} GB, kept for {self.settings.timed_checks + 1} checked timed runs, "
-                f"the reference's scratch {main.scratch_bytes / GB:.2f} GB), but only {free / GB:.1f} GB is free "
+                f"{sum(main.output_bytes) / GB:.2f} GB at the main shapes, more at larger held-out ones; the "
+                f"reference's scratch {main.scratch_bytes / GB:.2f} GB), but only {free / GB:.1f} GB is free "
                 f"on {self.platform.device_name()}; choose smaller `shapes:`")

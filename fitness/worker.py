@@ -68,7 +68,8 @@ class Harness:
         self.problem: Problem | None = None
         self.tmpdir = tempfile.mkdtemp(prefix="kevo-worker-")
         self.guard = Guard()
-        self.timed_outputs: dict[int, list] = {}  # run index -> outputs of a checked timed run, until fetched
+        self.nonce = ""  # of the step being handled: the hand-overs of a time step carry it too
+        self.in_fd, self.out_fd, self.spill_dir = -1, -1, None  # the channel (set by main)
         self.shipped: list = []  # outputs shared with the evaluator, kept until its next message
 
     def _check_guard(self) -> None:
@@ -191,24 +192,27 @@ class Harness:
 
     def time(self, base_seed: int, check_seed: int, checks: int, poison: list[int],
              timing: dict) -> tuple[dict, list]:
-        """Time forward, every run on new inputs; ship the outputs of some runs.
+        """Time forward, every run on new inputs; hand the outputs of some runs over as they end.
 
         Run ``i`` draws its inputs from ``base_seed + i`` (warm-up runs from
         seeds past the window), so no two timed runs see the same data and a
-        kernel that memoises answers gains nothing. The outputs of ``checks``
-        runs drawn uniformly from the whole window (reservoir sampling with a
-        secret seed) and of the last run go back to be checked, so a kernel
-        cannot know which runs are judged.
+        kernel that memoises answers gains nothing. Once the window's length is
+        known, ``checks`` of its runs are drawn uniformly with a secret seed,
+        besides the last, so a kernel cannot know which runs are judged. Each
+        of those runs' outputs goes to the evaluator right after the run, outside
+        the timed region, and the worker waits until the evaluator has judged
+        them (``_hand_over``): the worker never holds more than one run's outputs.
         """
-        torch = self.torch
         rng = random.Random(check_seed)
-        kept: dict[int, list] = {}  # the reservoir: run index -> outputs
-        last: dict[int, list] = {}
+        chosen: set[int] = set()
         current: dict[str, Any] = {}
-        mutated: list[int] = []
 
         def seed_of(i: int) -> int:
             return base_seed + i if i >= 0 else base_seed + (1 << 20) - i
+
+        def window(n_runs: int) -> None:
+            chosen.update(rng.sample(range(n_runs), min(checks, n_runs)))
+            chosen.add(n_runs - 1)
 
         def prepare(i: int) -> list:
             args = self._inputs(seed_of(i))
@@ -220,41 +224,37 @@ class Harness:
             return self._run(args, profile=False)
 
         def finish(i: int, args: list, outputs: Any) -> None:
-            # outside the timed region: bookkeeping and the input check are not the kernel's time
-            if i < 0:
-                current.clear()
-                return
-            if len(kept) < checks:
-                slot = len(kept)
-            else:
-                slot = rng.randint(0, i)
-            keep = slot < checks
-            last.clear()
-            last[i] = outputs
-            if keep:
-                if len(kept) >= checks:
-                    kept.pop(sorted(kept)[slot])
-                kept[i] = outputs
-            if self._changed(current.pop("witnesses"), args) is not None:
-                mutated.append(i)
+            # outside the timed region: the input check and the hand-over are not the kernel's time
+            changed = self._changed(current.pop("witnesses"), args)
+            if changed is not None:
+                where = f"timed run {i}" if i >= 0 else "a warm-up run"
+                raise Refusal("mutated_input", f"forward changed input {changed} in {where}")
+            if i in chosen:
+                self._hand_over(i, seed_of(i), self._outputs(outputs))
 
         collecting = gc.isenabled()
         gc.disable()  # a collection inside a timed run would be charged to the candidate
         try:
-            timing_result = self.platform.time_runs(run, TimingSettings(**timing), prepare, finish)
+            timing_result = self.platform.time_runs(run, TimingSettings(**timing), prepare, finish, window)
         finally:
             if collecting:
                 gc.enable()
-        if mutated:
-            raise Refusal("mutated_input", f"forward changed its input in timed run {mutated[0]}")
-        kept.update(last)
-        checked = sorted(kept)
-        self.timed_outputs = {i: self._outputs(kept[i]) for i in checked}
-        # The outputs go back in their own steps ("timed_outputs", a run at a time), so the
-        # device's timing lane is free while they travel; no candidate code runs in between.
         return {"ok": True, "runs_ms": timing_result.runs_ms, "wall_ms": timing_result.wall_ms,
                 "overhead_ms": timing_result.overhead_ms, "device_ms": timing_result.device_ms,
-                "checked": [[i, seed_of(i), len(self.timed_outputs[i])] for i in checked]}, []
+                "checked": sorted(chosen)}, []
+
+    def _hand_over(self, run: int, seed: int, outputs: list) -> None:
+        """Send a checked timed run's outputs now and wait for the evaluator's word: it
+        takes its copy and judges it while the worker waits, between two timed runs."""
+        nonce = self.nonce
+        spill = os.path.join(self.spill_dir, f"{nonce}r{run}.bin") if self.spill_dir and nonce.isalnum() else None
+        wire.send(self.out_fd, {"ok": True, "interim": "timed_run", "run": run, "seed": seed, "nonce": nonce},
+                  self.ship(outputs), spill, self.platform.export_tensor)
+        message, _ = wire.receive(self.in_fd)
+        self.shipped = []
+        if message.get("step") != "continue":
+            # the evaluator has its verdict (this run's outputs were wrong): the window ends here
+            raise Refusal("wrong", f"timed run {run} was judged wrong")
 
     def ship(self, tensors: list) -> list:
         """``tensors`` made contiguous and kept until the next message, so that the
@@ -264,6 +264,7 @@ class Harness:
 
     def handle(self, message: dict) -> tuple[dict, list]:
         step = message["step"]
+        self.nonce = str(message.get("nonce") or "")
         self.shipped = []  # the evaluator has its copies of what was shipped last
         threads_before = self.threads_started
         self.guard.violations.clear()
@@ -278,12 +279,6 @@ class Harness:
             elif step == "time":
                 reply, tensors = self.time(message["base_seed"], message["check_seed"], message["checks"],
                                            message["poison"], message["timing"])
-            elif step == "timed_outputs":
-                tensors = self.timed_outputs.pop(message["run"], None)
-                reply = {"ok": tensors is not None}
-                if tensors is None:
-                    reply.update(status="forbidden", reason=f"no outputs kept for timed run {message['run']}")
-                    tensors = []
             elif step == "ping":
                 reply, tensors = {"ok": True}, []
             elif step == "info":
@@ -297,11 +292,17 @@ class Harness:
         except Refusal as refusal:
             reply, tensors = self._refused(refusal), []
         except BaseException as exc:
+            if self.platform.context_lost(exc):
+                # an error of the candidate's kernels the device reports late, at whatever
+                # call of the harness's comes next: the worker cannot use the device again
+                reply = self._refused(Refusal("crashed", f"during {step}: {describe(exc)} (device context lost)",
+                                              fatal=True))
+                return reply, []
             if not out_of_memory(exc):
                 raise
             # The harness's own allocation (inputs, their clones, the input check): not the
             # candidate's doing; the evaluator decides whether to try again with more room.
-            self.timed_outputs, exc = {}, None
+            exc = None
             self.platform.release_memory()
             reply, tensors = self._refused(Refusal("out_of_memory", f"kevo's worker ran out of memory during {step}")), []
             reply["harness"] = True
@@ -350,6 +351,7 @@ def main(argv: list[str]) -> None:
     leftovers = [spill_dir] if spill_dir else []
     _exit_with_parent(leftovers)
     harness = Harness(platform_name, index)
+    harness.in_fd, harness.out_fd, harness.spill_dir = in_fd, out_fd, spill_dir
     leftovers.append(harness.tmpdir)
     wire.send(out_fd, {"ok": True, "ready": True, "device_name": harness.platform.device_name(), "pid": os.getpid()})
     while True:

@@ -198,6 +198,7 @@ class Platform(abc.ABC):
         settings: TimingSettings,
         prepare: Callable[[int], Any] = lambda i: None,
         finish: Callable[[int, Any, Any], None] = lambda i, args, out: None,
+        window: Callable[[int], None] = lambda n_runs: None,
     ) -> Timing:
         """Time ``run(i, prepare(i))`` for successive run indices ``i``.
 
@@ -208,7 +209,9 @@ class Platform(abc.ABC):
         Each run starts with a cold cache on an idle device and ends when the
         whole device is idle again, so work hidden on a side stream is
         counted. ``prepare`` (cloning inputs, say) runs outside the timed
-        region. Warm-up runs get negative indices. Where the platform has a
+        region. Warm-up runs get negative indices. ``window(n_runs)`` is told
+        how many runs the window has once the warm-up has decided it, before
+        the first of them. Where the platform has a
         device trace, each run's device span is recorded too (see
         ``Timing.from_device``).
         """
@@ -227,6 +230,7 @@ class Platform(abc.ABC):
         per_run = (clock() - warm_start) * 1e3 / n_warm
         n_runs = int(settings.window_ms / max(per_run, 1e-3))
         n_runs = max(settings.min_runs, min(settings.max_runs, n_runs))
+        window(n_runs)
         timeline = self._timeline() if settings.device_trace else None
         marks, walls = [], []
         with timeline or contextlib.nullcontext():
