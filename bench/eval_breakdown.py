@@ -8,6 +8,12 @@ each part.
 
     python bench/eval_breakdown.py --shape batch_size=2048 --out breakdown.json     # on a GPU machine
     python bench/eval_breakdown.py --device cpu --problems softmax --shape batch_size=4 --shape dim=100
+
+With ``--config``, the candidates are instead ``--repeats`` distinct
+variants of the config's seed (the first points of its parametric grid, as
+``bench/throughput_bench.py`` streams them), so every one is compiled anew:
+
+    python bench/eval_breakdown.py --config configs/softmax.yaml --shape batch_size=4096 --shape dim=8192 --repeats 6
 """
 
 from __future__ import annotations
@@ -25,13 +31,23 @@ from bench.shapes import add_suite_options, apply_shapes  # noqa: E402
 from fitness import Evaluator, Status  # noqa: E402
 
 
-def measure(name: str, device: str, shape_args: list[str], repeats: int) -> dict:
-    reference = ROOT / "problems" / name / "reference.py"
-    shapes = apply_shapes(reference, shape_args)
-    source = (ROOT / "problems" / name / "seed.py").read_text()
+def measure(name: str, device: str, shape_args: list[str], repeats: int, config: Path | None = None) -> dict:
+    if config is None:
+        reference = ROOT / "problems" / name / "reference.py"
+        shapes = apply_shapes(reference, shape_args)
+        seed = (ROOT / "problems" / name / "seed.py").read_text()
+        sources, cutoff = [seed] * (repeats + 1), None
+    else:
+        from bench.throughput_bench import stream
+        from evolve.config import load_config
+
+        loaded = load_config(config)
+        reference, cutoff = loaded.problem.reference, loaded.fitness.max_abs_diff
+        shapes = apply_shapes(reference, shape_args, loaded.problem.shapes)
+        sources = stream(loaded, repeats + 1)
     walls = []
-    with Evaluator(reference, platform=device, shapes=shapes) as evaluator:
-        for i in range(repeats + 1):
+    with Evaluator(reference, platform=device, shapes=shapes, max_abs_diff=cutoff) as evaluator:
+        for i, source in enumerate(sources):
             result = evaluator.evaluate(source)
             if result.status is not Status.ACCEPTED:
                 raise RuntimeError(f"{name}: the seed was not accepted: {result.reason}")
@@ -47,8 +63,12 @@ def measure(name: str, device: str, shape_args: list[str], repeats: int) -> dict
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_suite_options(parser, repeats=3)
+    parser.add_argument("--config", type=Path, help="distinct variants of this config's seed (see above)")
     args = parser.parse_args()
-    rows = [measure(name, args.device, args.shape, args.repeats) for name in args.problems]
+    if args.config:
+        rows = [measure(args.config.stem, args.device, args.shape, args.repeats, args.config)]
+    else:
+        rows = [measure(name, args.device, args.shape, args.repeats) for name in args.problems]
     parts = sorted({p for r in rows for p in r["median_s"]}, key=lambda p: (p != "total", p))
     print("| problem | " + " | ".join(parts) + " |")
     print("|---|" + "---|" * len(parts))

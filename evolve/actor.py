@@ -66,7 +66,9 @@ class EvaluatorActor:
     ``prepare`` and ``evaluate``, so the driver sees the original error.
     """
 
-    KEEP_PROBLEMS = 2
+    # Only the current problem keeps its evaluators: an idle worker of the last one still
+    # holds device memory (its context, its allocator's cache) that the next one may need.
+    KEEP_PROBLEMS = 1
 
     def __init__(self, home: str | None = None, slots: int = 1) -> None:
         if home is not None:

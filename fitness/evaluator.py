@@ -32,7 +32,7 @@ from fitness.refusal import out_of_memory
 from fitness.result import EvalResult, Status
 from fitness.sandbox import WorkerGone, WorkerProcess
 from fitness.screen import screen
-from fitness.settings import EvalSettings
+from fitness.settings import RELEASE_ABOVE, EvalSettings
 from platforms import Platform, Timing, get_platform
 from platforms.profiling import Profiler, profiler_for
 
@@ -187,6 +187,7 @@ class Evaluator:
             return EvalResult(Status.OUT_OF_MEMORY, f"kevo's evaluator ran out of memory while judging "
                               f"({type(exc).__name__})", harness_failure=True, **base)
         finally:
+            self.platform.release_memory(keep_bytes=RELEASE_ABOVE)
             self.walls["total"] = time.monotonic() - started
 
     def _judge(self, source: str, base: dict[str, Any]) -> EvalResult:

@@ -6,6 +6,11 @@ import dataclasses
 
 from platforms import TimingSettings
 
+#: Cached, unused device memory a process that evaluates keeps between steps; more goes
+#: back to the device, for the other evaluations on it (a caching allocator holds on to
+#: what it once needed, gigabytes at KernelBench's sizes).
+RELEASE_ABOVE = 1 << 30
+
 #: KernelBench's tolerance: the cutoff when neither the caller nor the problem names one.
 DEFAULT_MAX_ABS_DIFF = 1e-2
 

@@ -32,6 +32,7 @@ from fitness import wire
 from fitness.problem import Problem, build_model, load_problem, make_inputs
 from fitness.guard import Guard
 from fitness.instrument import Watch, instrument_launches, instrument_threads, watched_objects
+from fitness.settings import RELEASE_ABOVE
 from fitness.refusal import Refusal, classify, describe, forbidden_reason, out_of_memory
 from fitness.trace import INIT_OPS
 from platforms import TimingSettings, get_platform
@@ -287,6 +288,8 @@ class Harness:
                 raise ValueError(f"unknown step {step!r}")
             self.check_tamper()
             self._check_guard()
+            # what the caching allocator keeps beyond a little is for the other processes on the device
+            self.platform.release_memory(keep_bytes=RELEASE_ABOVE)
             if self.threads_started != threads_before:
                 raise Refusal("forbidden", "the candidate started a thread", fatal=True)
         except Refusal as refusal:

@@ -154,8 +154,10 @@ class Platform(abc.ABC):
         b8 = tensor.contiguous().reshape(-1).view(torch.uint8)
         return bool(torch.equal(a8, b8))
 
-    def release_memory(self) -> None:
-        """Give cached, unused device memory back (after running out of it, say)."""
+    def release_memory(self, keep_bytes: int = 0) -> None:
+        """Give cached, unused device memory back when more than ``keep_bytes`` of it is
+        cached (after running out of it, or between steps, so that the other processes
+        evaluating on the device can have it)."""
 
     #: Device memory a process that evaluates holds besides its tensors (its context,
     #: the cache-flush buffer): counted once per evaluation in flight by the memory plan.

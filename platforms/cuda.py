@@ -108,10 +108,11 @@ class CudaPlatform(Platform):
         del view, storage
         return copy
 
-    def release_memory(self) -> None:
+    def release_memory(self, keep_bytes: int = 0) -> None:
         import torch
 
-        torch.cuda.empty_cache()
+        if torch.cuda.memory_reserved(self.index) - torch.cuda.memory_allocated(self.index) > keep_bytes:
+            torch.cuda.empty_cache()
 
     # a CUDA context (about 0.5 GB on an H200) and the 512 MB flush buffer
     process_overhead_bytes = (1 << 30) + _FLUSH_BYTES
