@@ -89,6 +89,12 @@ class SearchConfig:
     migrants: int = 1  # best of an island sent to the next one, replacing its worst
 
 
+#: The default operator weights once ``llm.model`` or ``llm.models`` is set (and
+#: ``operators.weights`` is not): the LLM operators first, parametric ones beside them.
+LLM_WEIGHTS = {OperatorName.LLM_MUTATION: 0.45, OperatorName.LLM_CROSSOVER: 0.2,
+               OperatorName.PARAMETRIC_MUTATION: 0.25, OperatorName.PARAMETRIC_CROSSOVER: 0.1}
+
+
 @dataclasses.dataclass(frozen=True)
 class OperatorsConfig:
     weights: dict[OperatorName, float] = dataclasses.field(
@@ -186,6 +192,11 @@ def config_from_dict(data: Any, origin: str, base_dir: Path | None = None) -> Co
     if data is None:
         data = {}
     config = _build(Config, data, "", _Context(origin, base_dir))
+    given = data.get("operators") if isinstance(data, dict) else None
+    if config.llm.online and not (isinstance(given, dict) and "weights" in given):
+        # a model is what the user pays for: with one named and no weights of their own, ask it
+        config = dataclasses.replace(config, operators=dataclasses.replace(config.operators,
+                                                                           weights=dict(LLM_WEIGHTS)))
     _check_values(config, origin)
     return config
 

@@ -329,3 +329,25 @@ def test_an_llm_that_cannot_be_used_is_one_clear_error(tmp_path, monkeypatch):
         assert message.startswith("llm model 'openai/gpt-4o-mini': Incorrect API key provided")
         assert message.endswith(f"fix it and continue with 'kevo resume {tmp_path / 'run'}'")
         assert "\n" not in message and 1 <= len(server.requests) <= 4  # one generation's batch at most
+
+
+def test_naming_a_model_is_enough_to_ask_it(tmp_path):
+    """docs/LLM.md's provider examples set llm.model (and a budget) and no operators.weights."""
+    with StandInLlm() as server:
+        data = {"problem": {"reference": str(REFERENCE), "seeds": [str(SEED)], "shapes": SMALL_SHAPES["elementwise"]},
+                "search": {"population_size": 4, "max_evaluations": 9, "seed": 5},
+                "llm": {"model": MODEL, "api_base": server.base_url, "max_cost_usd": 1.0, "timeout_s": 10,
+                        "retries": 0},
+                "platform": "cpu"}
+        cfg = config_from_dict(data, origin="test")
+        assert cfg.operators.weights[LLM_MUTATION] > cfg.operators.weights[MUTATION]  # what the user pays for
+        path = tmp_path / "run.sqlite"
+        drive(path, cfg, FakeEvaluator())
+        asked = len(server.requests)
+    operators = {r[4] for r in rows(path)[0]}
+    assert asked > 0 and operators & {LLM_MUTATION, LLM_CROSSOVER}
+    # weights of the user's own still win, and offline stays parametric
+    explicit = config_from_dict({**data, "operators": {"weights": {"parametric_mutation": 1.0}}}, origin="test")
+    assert set(explicit.operators.weights) == {MUTATION}
+    offline_cfg = config_from_dict({**data, "llm": {"model": "offline"}}, origin="test")
+    assert not any(op.needs_llm for op in offline_cfg.operators.weights)

@@ -184,3 +184,11 @@ def test_a_run_that_fails_in_kevo_itself_is_recorded_and_the_sweep_goes_on(tmp_p
     stored = json.loads((tmp_path / "out" / entries[0].name / "failed.json").read_text())
     assert stored["reason"] == outcomes[0].reason  # a resumed sweep does not run it again
     assert json.loads((tmp_path / "out" / SUMMARY_FILE).read_text())["problems"] == 2
+
+
+def test_runs_given_by_reference_are_named_after_the_problem_file(tmp_path, kernelbench_folder):
+    refs, seeds = kernelbench_folder
+    files = sorted(refs.glob("*.py"))[:2]
+    sweep = write_sweep(tmp_path / "s.yaml", [{"reference": str(f)} for f in files] + [problem("softmax")])
+    names = [e.name for e in load_sweep(sweep)]
+    assert names == [f"000-{files[0].stem}", f"001-{files[1].stem}", "002-softmax"]
