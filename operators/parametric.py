@@ -153,6 +153,6 @@ def _skeleton(source: str, tunables: list[Tunable]) -> tuple[tuple[str, ...], st
 
 @functools.lru_cache(maxsize=4096)
 def _skeleton_cached(source: str, tunables: tuple[Tunable, ...]) -> tuple[tuple[str, ...], str]:
-    blanked = replace_spans(source, [(t.span, "0") for t in tunables])
+    blanked = replace_spans(source, [(span, "0") for t in tunables for span in t.spans])
     return tuple(t.name for t in tunables), ast.dump(ast.parse(blanked))
 

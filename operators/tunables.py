@@ -13,6 +13,15 @@ changing what the kernel computes, given a correct kernel:
 - the same numbers in the literal ``triton.Config({...}, num_warps=...)``
   entries of ``@triton.autotune(configs=[...])``.
 
+A block size is often repeated as a literal in the launch's grid
+(``k[(triton.cdiv(n, 1024),)](x, n, BLOCK=1024)``, or a ``grid = ...`` of the
+same function that the launch names): changing one without the other leaves
+part of the output unwritten. Such a literal, equal to the keyword's value,
+is *tied* to the tunable and moves with it. Where a grid literal could belong
+to two tunables (``BLOCK_M=64, BLOCK_N=64`` with a ``64`` in the grid), or
+two launches share one, which is which cannot be told, and those tunables are
+left out (logged once per source).
+
 Values are rewritten by replacing the literal's own characters, so comments and
 formatting survive.
 """
@@ -25,7 +34,11 @@ import functools
 import re
 from collections.abc import Iterator, Mapping
 
+import logging
+
 from operators.space import Kind
+
+log = logging.getLogger(__name__)
 
 #: Launch options of every Triton kernel, and the kind of each.
 LAUNCH_OPTION_KINDS: Mapping[str, Kind] = {
@@ -66,6 +79,12 @@ class Tunable:
     value: int
     kind: Kind
     span: Span
+    ties: tuple[Span, ...] = ()  # literals elsewhere (the launch's grid) that hold the same number
+
+    @property
+    def spans(self) -> tuple[Span, ...]:
+        """Every literal that is rewritten when this tunable changes."""
+        return (self.span, *self.ties)
 
 
 def find_tunables(source: str) -> list[Tunable]:
@@ -89,6 +108,7 @@ def _find_tunables(source: str) -> tuple[Tunable, ...]:
     launches_seen: dict[str, int] = {}
     for scope in [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))]:
         found.extend(_launch_tunables(scope, kernels, launches_seen))
+    found = _without_shared_ties(found)
     found.sort(key=lambda t: (t.span.lineno, t.span.col))
     taken: dict[str, int] = {}
     unique = []
@@ -124,7 +144,8 @@ def edit_tunables(source: str, tunables: list[Tunable], values: Mapping[str, int
         return source
     # Each span is an integer literal and becomes another one, so the syntax holds
     # (every offspring is parsed again by the screen before it is evaluated).
-    return replace_spans(source, [(t.span, str(values[t.name])) for t in tunables if t.name in values])
+    return replace_spans(source, [(span, str(values[t.name])) for t in tunables if t.name in values
+                                  for span in t.spans])
 
 
 def replace_spans(source: str, edits: list[tuple[Span, str]]) -> str:
@@ -269,6 +290,8 @@ def _launch_tunables(
         launches_seen[kernel_name] = launches_seen.get(kernel_name, 0) + 1
         count = launches_seen[kernel_name]
         label = kernel_name if count == 1 else f"{kernel_name}@{count}"
+        grid_literals = _grid_literals(scope, nodes, call.func.slice)
+        launch: list[Tunable] = []
         for keyword in call.keywords:
             if keyword.arg is None:
                 continue
@@ -277,9 +300,11 @@ def _launch_tunables(
             if kind is None:
                 continue
             if value is not None:
-                yield Tunable(f"{label}.{keyword.arg}", value, kind, Span.of(keyword.value))
+                ties = tuple(Span.of(c) for c in grid_literals if c.value == value) if kind is Kind.BLOCK else ()
+                launch.append(Tunable(f"{label}.{keyword.arg}", value, kind, Span.of(keyword.value), ties))
             elif isinstance(keyword.value, ast.Name):
                 variable_kinds.setdefault(keyword.value.id, set()).add(kind)
+        yield from launch
     scope_name = getattr(scope, "name", "module")
     for variable, kinds in variable_kinds.items():
         literal = _sole_int_assignment(scope, nodes, variable)
@@ -291,26 +316,53 @@ def _launch_tunables(
         yield Tunable(f"{scope_name}.{variable}", literal.value, kind, Span.of(literal))
 
 
+def _grid_literals(scope: ast.AST, nodes: list[ast.AST], grid: ast.expr) -> list[ast.Constant]:
+    """The int literals of a launch's grid: the subscript itself, or the one assignment of
+    the name it gives (``grid = (triton.cdiv(n, 1024),)``). A lambda's body is the
+    launcher's business (``meta["BLOCK"]``), not a literal to tie."""
+    if isinstance(grid, ast.Name):
+        grid = _sole_assignment(scope, nodes, grid.id)
+        if grid is None:
+            return []
+    found, stack = [], [grid]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Lambda):
+            continue
+        if _int_literal(node) is not None:
+            found.append(node)
+        stack.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def _without_shared_ties(found: list[Tunable]) -> list[Tunable]:
+    """``found`` less the tunables whose grid literal another tunable claims too."""
+    claims: dict[Span, int] = {}
+    for tunable in found:
+        for span in tunable.ties:
+            claims[span] = claims.get(span, 0) + 1
+    kept = [t for t in found if all(claims[span] == 1 for span in t.ties)]
+    dropped = sorted({t.name for t in found} - {t.name for t in kept})
+    if dropped:
+        log.info("tunables left out: %s (a grid literal holds the value of more than one of them, so "
+                 "changing one alone would break the launch)", ", ".join(dropped))
+    return kept
+
+
+def _sole_assignment(scope: ast.AST, nodes: list[ast.AST], variable: str) -> ast.expr | None:
+    """The value of ``variable = <expr>`` when that is the name's only binding in ``scope``."""
+    bindings = _bindings(scope, nodes, variable)
+    if len(bindings) != 1:
+        return None
+    for node in nodes:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and node.targets[0] is bindings[0]:
+            return node.value
+    return None
+
+
 def _sole_int_assignment(scope: ast.AST, nodes: list[ast.AST], variable: str) -> ast.Constant | None:
     """The int literal of ``variable = <int>`` when that is the name's only binding in ``scope``."""
-    bindings: list[ast.AST] = []
-    if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        args = scope.args
-        every_arg = args.posonlyargs + args.args + args.kwonlyargs + [a for a in (args.vararg, args.kwarg) if a]
-        bindings += [a for a in every_arg if a.arg == variable]
-    for node in nodes:
-        if isinstance(node, ast.Name) and node.id == variable and not isinstance(node.ctx, ast.Load):
-            bindings.append(node)
-        elif isinstance(node, (ast.Global, ast.Nonlocal)) and variable in node.names:
-            return None
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == variable:
-            bindings.append(node)
-        elif isinstance(node, (ast.Import, ast.ImportFrom)) and any(
-            (a.asname or a.name.split(".")[0]) == variable for a in node.names
-        ):
-            bindings.append(node)
-        elif isinstance(node, ast.ExceptHandler) and node.name == variable:
-            bindings.append(node)
+    bindings = _bindings(scope, nodes, variable)
     if len(bindings) != 1:
         return None
     target = bindings[0]
@@ -320,3 +372,27 @@ def _sole_int_assignment(scope: ast.AST, nodes: list[ast.AST], variable: str) ->
         if isinstance(node, ast.AnnAssign) and node.target is target:
             return node.value if _int_literal(node.value) is not None else None
     return None
+
+
+def _bindings(scope: ast.AST, nodes: list[ast.AST], variable: str) -> list[ast.AST]:
+    """Every binding of ``variable`` in ``scope``; a ``global`` or ``nonlocal`` makes it two
+    (the name is not the function's own)."""
+    bindings: list[ast.AST] = []
+    if isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        args = scope.args
+        every_arg = args.posonlyargs + args.args + args.kwonlyargs + [a for a in (args.vararg, args.kwarg) if a]
+        bindings += [a for a in every_arg if a.arg == variable]
+    for node in nodes:
+        if isinstance(node, ast.Name) and node.id == variable and not isinstance(node.ctx, ast.Load):
+            bindings.append(node)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)) and variable in node.names:
+            return [node, node]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == variable:
+            bindings.append(node)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+            (a.asname or a.name.split(".")[0]) == variable for a in node.names
+        ):
+            bindings.append(node)
+        elif isinstance(node, ast.ExceptHandler) and node.name == variable:
+            bindings.append(node)
+    return bindings

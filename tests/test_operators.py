@@ -32,6 +32,8 @@ from operators import (
     params_of,
     resolve_space,
 )
+from fitness import Status
+from tests.conftest import PROBLEMS
 
 ELEMENTWISE = '''\
 import torch
@@ -564,3 +566,32 @@ def test_mutated_kernels_still_compute_the_right_answer(tmp_path):
     results = run_in_interpreter(tmp_path, candidates)
     assert results == [True] * (len(candidates) - 1) + [False]
     assert len(block_space) == 7 and 128 in block_space
+
+
+TIED_LAUNCH = "gated_mul_kernel[(triton.cdiv(n_elements, 1024),)](x, y, out, n_elements, BLOCK_SIZE=1024, num_warps=4)"
+
+
+def test_a_block_size_repeated_in_the_grid_moves_with_it(evaluators):
+    """The most common way kernels are written: the grid repeats the block size as a literal."""
+    seed = (PROBLEMS / "elementwise" / "seed.py").read_text()
+    launch = "gated_mul_kernel[grid](x, y, out, n_elements, BLOCK_SIZE=1024, num_warps=4)"
+    tied = seed.replace(launch, TIED_LAUNCH)
+    assert tied != seed
+    (block,) = [t for t in find_tunables(tied) if t.name == "gated_mul_kernel.BLOCK_SIZE"]
+    assert len(block.ties) == 1
+    evaluator = evaluators.get("elementwise")
+    for value in (64, 4096):
+        child = apply_params(tied, {"gated_mul_kernel.BLOCK_SIZE": value})
+        assert f"triton.cdiv(n_elements, {value})" in child and f"BLOCK_SIZE={value}" in child
+        result = evaluator.evaluate(child)
+        assert result.status is Status.ACCEPTED, (value, result.reason)
+
+
+def test_a_grid_literal_two_block_sizes_could_own_is_left_alone():
+    source = (
+        "import triton\nimport triton.language as tl\n\n"
+        "@triton.jit\ndef mm(a, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):\n    pass\n\n"
+        "def forward(a, M, N):\n"
+        "    mm[(triton.cdiv(M, 64), triton.cdiv(N, 64))](a, M, N, BLOCK_M=64, BLOCK_N=64, num_warps=4)\n"
+    )
+    assert [t.name for t in find_tunables(source)] == ["mm.num_warps"]
