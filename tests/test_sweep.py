@@ -192,3 +192,28 @@ def test_runs_given_by_reference_are_named_after_the_problem_file(tmp_path, kern
     sweep = write_sweep(tmp_path / "s.yaml", [{"reference": str(f)} for f in files] + [problem("softmax")])
     names = [e.name for e in load_sweep(sweep)]
     assert names == [f"000-{files[0].stem}", f"001-{files[1].stem}", "002-softmax"]
+
+
+KERNELBENCH = ROOT.parent / "shared" / "kernelbench" / "level1"
+
+
+@pytest.mark.slow
+def test_a_small_sweep_over_kernelbench_itself(tmp_path):
+    """A KernelBench level folder as it is, with the seed kernels of bench/kernelbench_seeds
+    (the README's first sweep), at shapes the CPU interpreter can run."""
+    if not KERNELBENCH.is_dir():
+        pytest.skip(f"KernelBench's problem files are not at {KERNELBENCH}")
+    sweep = tmp_path / "kb.yaml"
+    sweep.write_text(yaml.safe_dump({
+        "defaults": {"search": {"population_size": 2, "max_evaluations": 3, "seed": 0}, "platform": "cpu"},
+        "problems": [{"folder": str(KERNELBENCH), "seeds_folder": str(ROOT / "bench" / "kernelbench_seeds" / "level1"),
+                      "shapes": {"batch_size": 4, "dim": 300}}],
+    }))
+    done = kevo("sweep", sweep, "--run-dir", tmp_path / "runs", "--json", timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout)
+    runs = {r["name"].split("-", 1)[1]: r for r in summary["runs"]}
+    seeded = {p.stem for p in (ROOT / "bench" / "kernelbench_seeds" / "level1").glob("*.py")}
+    assert {n for n, r in runs.items() if r["status"] == "finished"} == seeded
+    assert all(r["status"] == "skipped" for n, r in runs.items() if n not in seeded)  # no seed, no LLM
+    assert summary["correct"] == len(seeded) and summary["problems"] == len(runs)
