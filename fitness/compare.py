@@ -159,13 +159,13 @@ def _finite_mean(ref: torch.Tensor) -> float | None:
     return total / count if count else None
 
 
-def _trivial_outputs(ref: torch.Tensor, inputs: Sequence) -> dict[str, torch.Tensor | float]:
+def _trivial_outputs(ref: torch.Tensor, inputs: Sequence, constant: float | None,
+                     constant_name: str) -> dict[str, torch.Tensor | float]:
     """Trivial outputs by name: a flat tensor of the reference's shape, or a constant."""
     trivial: dict[str, torch.Tensor | float] = {"zeros": 0.0}
-    mean = _finite_mean(_flat(ref))
-    if mean is not None:
+    if constant is not None:
         # the constant as the output's dtype would hold it
-        trivial["a constant (the mean)"] = float(torch.tensor(mean, dtype=torch.float64).to(ref.dtype))
+        trivial[constant_name] = float(torch.tensor(constant, dtype=torch.float64).to(ref.dtype))
     for j, x in enumerate(inputs):
         if isinstance(x, torch.Tensor) and x.shape == ref.shape:
             trivial[f"input {j}"] = _flat(x)
@@ -192,7 +192,14 @@ def _match(ref: torch.Tensor, trivial: torch.Tensor | float, cutoff: float) -> t
     return within / max(finite_count, 1), torch.cat(gaps)
 
 
-def check_cutoff(references: Sequence[torch.Tensor], inputs: Sequence, cutoff: float) -> None:
+def output_means(references: Sequence[torch.Tensor]) -> list[float | None]:
+    """The mean of each output's finite elements (None where there is none): the constant a
+    trivial kernel would return, as ``check_cutoff(constants=...)`` takes it from another draw."""
+    return [_finite_mean(_flat(ref)) for ref in _as_list(references)]
+
+
+def check_cutoff(references: Sequence[torch.Tensor], inputs: Sequence, cutoff: float,
+                 constants: Sequence[float | None] | None = None) -> None:
     """Refuse a cutoff that a trivial output (zeros, a constant, an input) passes.
 
     A trivial output "passes" when it is within the cutoff on at least 95% of
@@ -200,12 +207,23 @@ def check_cutoff(references: Sequence[torch.Tensor], inputs: Sequence, cutoff: f
     nearly all of them under a loose cutoff even if a few large values do
     not. Raises ``CutoffError`` naming the output scale and a cutoff that
     would work.
+
+    ``constants`` are the constants to try, one per output, taken from
+    another draw of the inputs (``output_means`` of its references; None: no
+    constant for that output). A constant taken from these references
+    themselves always matches a scalar output, so it is evidence only when it
+    comes from elsewhere; without ``constants``, it is these references' own
+    mean (for a caller with one draw only).
     """
     if not (cutoff > 0 and math.isfinite(cutoff)):
         raise CutoffError(f"the cutoff must be a positive finite number, got {cutoff}")
-    for i, ref in enumerate(_as_list(references)):
+    references = _as_list(references)
+    own = constants is None
+    constants = output_means(references) if own else list(constants)
+    constant_name = "a constant (the mean)" if own else "a constant (the mean of another draw's output)"
+    for i, ref in enumerate(references):
         flat = _flat(ref)
-        for name, trivial in _trivial_outputs(ref, inputs).items():
+        for name, trivial in _trivial_outputs(ref, inputs, constants[i], constant_name).items():
             share, gaps = _match(flat, trivial, cutoff)
             if share >= TRIVIAL_MATCH_LIMIT:
                 picked = sample(flat).to(torch.float64)

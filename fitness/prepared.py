@@ -22,7 +22,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from fitness.compare import CutoffError, check_cutoff
+from fitness.compare import CutoffError, check_cutoff, output_means
 from fitness.problem import (
     Problem,
     ProblemError,
@@ -159,6 +159,9 @@ class PreparedProblem:
         # Held-out shapes are checked on fresh inputs: one fixed set proves the reference works there.
         seeds = self.settings.fixed_seeds if required else self.settings.fixed_seeds[:1]
         output_bytes, input_bytes, scratch = [], 0, 0
+        # A constant counts against the cutoff only when taken from another draw: the mean of
+        # one draw's scalar output is that output itself (the first draw gives the second its constant).
+        constants: list | None = None
         for seed in seeds:
             inputs = make_inputs(problem, seed, self.device)
             input_bytes = sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
@@ -174,7 +177,9 @@ class PreparedProblem:
             del inputs, out
             if required:
                 # on the inputs as drawn: the reference may have changed the ones it was given
-                check_cutoff(references, make_inputs(problem, seed, self.device), self.cutoff)
+                check_cutoff(references, make_inputs(problem, seed, self.device), self.cutoff,
+                             constants if constants is not None else [None] * len(references))
+                constants = output_means(references)
             del references
         return Variant(shapes, problem, model, output_bytes, input_bytes, scratch)
 

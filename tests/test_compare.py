@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -60,3 +61,76 @@ def test_cutoff_that_a_constant_or_the_input_passes_is_refused():
 def test_cutoff_must_be_positive():
     with pytest.raises(CutoffError):
         check_cutoff([torch.ones(3)], [], 0.0)
+
+
+def test_a_constant_counts_against_the_cutoff_only_when_it_passes_on_another_draw():
+    from fitness.compare import output_means
+
+    torch.manual_seed(0)
+    first, second = torch.rand(()) * 0.3, torch.rand(()) * 0.3 + 0.5  # a scalar loss over two draws
+    check_cutoff([second], [], 1e-2, constants=output_means([first]))  # the first draw's constant misses
+    with pytest.raises(CutoffError, match="another draw"):  # a constant that does follow every draw
+        check_cutoff([torch.tensor(0.25)], [], 1e-2, constants=output_means([torch.tensor(0.251)]))
+    with pytest.raises(CutoffError, match=r"a constant \(the mean\)"):  # one draw only: its own mean
+        check_cutoff([second], [], 1e-2)
+
+
+MSE_CONSTANT = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def fill_kernel(out_ptr, value):
+    tl.store(out_ptr, value)
+
+
+class ModelNew(nn.Module):
+    def forward(self, predictions, targets):
+        out = torch.empty((), device=predictions.device)
+        fill_kernel[(1,)](out, 0.08)  # about the loss of one draw
+        return out
+'''
+
+
+MSE_HONEST = '''
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def mse_kernel(p_ptr, t_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    total = tl.zeros([BLOCK], dtype=tl.float32)
+    for start in range(0, n, BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        mask = offs < n
+        d = tl.load(p_ptr + offs, mask=mask, other=0.0) - tl.load(t_ptr + offs, mask=mask, other=0.0)
+        total += d * d
+    tl.store(out_ptr, tl.sum(total, axis=0) / n)
+
+
+class ModelNew(nn.Module):
+    def forward(self, predictions, targets):
+        p, t = predictions.contiguous(), targets.contiguous()
+        out = torch.empty((), device=p.device)
+        mse_kernel[(1,)](p, t, out, p.numel(), BLOCK=8192)
+        return out
+'''
+
+
+def test_kernelbench_mse_loss_runs_and_a_constant_kernel_is_wrong():
+    """94_MSELoss draws a new scale each call: its scalar output is no constant, and kevo runs it."""
+    from fitness import Evaluator, Status
+
+    problem = Path(__file__).resolve().parents[2] / "shared" / "kernelbench" / "level1" / "94_MSELoss.py"
+    if not problem.is_file():
+        pytest.skip(f"KernelBench's problem files are not at {problem.parent}")
+    with Evaluator(problem, platform="cpu", shapes={"batch_size": 16}) as evaluator:
+        honest = evaluator.evaluate(MSE_HONEST)
+        constant = evaluator.evaluate(MSE_CONSTANT)
+    assert honest.status is Status.ACCEPTED, honest.reason
+    assert constant.status is Status.WRONG, constant.reason
