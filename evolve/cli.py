@@ -63,7 +63,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     with Evaluator(args.reference, platform=args.device, shapes=dict(args.shape or []),
                    max_abs_diff=args.max_abs_diff, settings=settings, dtype=args.dtype) as evaluator:
         result = evaluator.evaluate(source)
-        record = {**result.to_dict(), "cutoff": evaluator.cutoff,
+        record = {**result.to_dict(), "cutoff": evaluator.cutoff, "cutoff_rule": evaluator.cutoff_rule,
                   "shapes": evaluator.main.shapes,
                   "held_out_shapes": [v.shapes for v in evaluator.held_out]}
     if args.json:
@@ -79,6 +79,7 @@ def _print_verdict(r: dict) -> None:
         print(f"reason        {r['reason']}")
     if r["max_abs_diff"] is not None:
         print(f"max_abs_diff  {r['max_abs_diff']:.3g} (cutoff {r['cutoff']:.3g}, {r['checks']} checks)")
+    print(f"cutoff        {r['cutoff']:.3g}: {r['cutoff_rule']}")
     if r["runtime_ms"] is not None:
         print(f"runtime       {r['runtime_ms']:.4g} ms (spread {100 * r['runtime_spread']:.1f}%)")
         print(f"reference     {r['reference_ms']:.4g} ms")

@@ -93,9 +93,10 @@ class Dispatcher(abc.ABC):
 
 
 def evaluator_info(evaluator: Any) -> dict[str, Any]:
-    """Where ``evaluator`` judges: its platform, device name and cutoff (what a run records)."""
+    """Where ``evaluator`` judges: its platform, device name and cutoff, and where the cutoff
+    comes from (what a run records)."""
     return {"platform": evaluator.platform.name, "device_name": evaluator.platform.device_name(),
-            "cutoff": evaluator.cutoff}
+            "cutoff": evaluator.cutoff, "cutoff_rule": evaluator.cutoff_rule}
 
 
 class Evaluates(Protocol):

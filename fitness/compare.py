@@ -152,7 +152,7 @@ TRIVIAL_MATCH_LIMIT = 0.95
 def _finite_mean(ref: torch.Tensor) -> float | None:
     total, count = 0.0, 0
     for part in chunks(ref.numel()):
-        r = ref[part].to(torch.float64)
+        r = ref[part].to(torch.float64, copy=True)  # copy: a float64 reference stays as it is
         finite = torch.isfinite(r)
         total += float(r.masked_fill_(~finite, 0.0).sum())
         count += int(finite.sum())
@@ -229,7 +229,7 @@ def check_cutoff(references: Sequence[torch.Tensor], inputs: Sequence, cutoff: f
                 picked = sample(flat).to(torch.float64)
                 picked = picked[torch.isfinite(picked)].abs()
                 typical = float(picked.median()) if picked.numel() else 0.0
-                scale = _finite_abs_max(flat)
+                scale = finite_abs_max(flat)
                 gap = float(gaps.median()) if gaps.numel() else 0.0
                 hint = f"; choose a cutoff well below the typical gap {gap:.3g}, e.g. {gap / 100:.2g}" if gap > 0 else ""
                 raise CutoffError(
@@ -239,10 +239,11 @@ def check_cutoff(references: Sequence[torch.Tensor], inputs: Sequence, cutoff: f
                 )
 
 
-def _finite_abs_max(ref: torch.Tensor) -> float:
-    worst = 0.0
+def finite_abs_max(ref: torch.Tensor) -> float:
+    """The largest |element| of ``ref`` among its finite ones (0.0 when there is none)."""
+    worst, ref = 0.0, _flat(ref)
     for part in chunks(ref.numel()):
-        r = ref[part].to(torch.float64).abs_()
+        r = ref[part].to(torch.float64, copy=True).abs_()  # copy: a float64 reference stays as it is
         r = r.masked_fill_(~torch.isfinite(r), 0.0)
         if r.numel():
             worst = max(worst, float(r.max()))

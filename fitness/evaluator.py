@@ -80,6 +80,7 @@ class Evaluator:
         self.shapes = prepared.shapes
         self.dtype = prepared.dtype
         self.cutoff = prepared.cutoff
+        self.cutoff_rule = prepared.cutoff_rule  # where the cutoff comes from (given, the problem's, derived)
         self.device = prepared.device
         self.main = prepared.main
         self._held_out_groups = prepared.held_out_groups

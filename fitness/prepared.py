@@ -66,6 +66,30 @@ class Variant:
         return 2 * self.input_bytes + kept_outputs * sum(self.output_bytes) + self.scratch_bytes
 
 
+def derived_cutoff(references: list) -> tuple[float, str]:
+    """(the cutoff, the rule that gave it) for a problem that names none.
+
+    KernelBench's 1e-2, widened to 8 ulps of 1.0 for a low-precision output
+    dtype (bfloat16: 0.0625), and scaled down with the outputs when they stay
+    below 1: ``max(1e-2, 8 eps) * min(1, max |ref|)``. So a softmax whose
+    outputs sit near 1e-6 is judged at a cutoff that can tell it from zeros,
+    and no output is judged looser than KernelBench would judge it at fp32.
+    Outputs that are all zero keep 1e-2 (the cutoff check then refuses them).
+    """
+    import torch
+
+    from fitness.compare import finite_abs_max
+
+    scale = max((finite_abs_max(r) for r in references), default=0.0)
+    eps = max((torch.finfo(r.dtype).eps for r in references if r.is_floating_point()), default=0.0)
+    base = max(DEFAULT_MAX_ABS_DIFF, 8 * eps)
+    if scale <= 0:
+        return base, f"{base:.3g} (no cutoff given; every output is zero)"
+    cutoff = base * min(1.0, scale)
+    return cutoff, (f"{cutoff:.3g} = {base:.3g} x min(1, max |ref| {scale:.3g}) (no cutoff given: derived "
+                    f"from the reference's outputs)")
+
+
 class PreparedProblem:
     """The reference of one problem at its main and held-out shapes, on ``platform``'s device.
 
@@ -93,8 +117,14 @@ class PreparedProblem:
         self.shapes = dict(shapes or {})
         self.dtype = dtype  # None: the problem's own dtypes; else floating inputs and weights cast to it
         declared = declared_cutoff(self.reference_path)
-        self.cutoff = float(max_abs_diff if max_abs_diff is not None
-                            else declared if declared is not None else DEFAULT_MAX_ABS_DIFF)
+        # The cutoff, and where it comes from; with neither given, derived from the reference's
+        # outputs on the first fixed inputs (derived_cutoff) before the cutoff check runs.
+        self.cutoff: float | None = None
+        self.cutoff_rule = ""
+        if max_abs_diff is not None:
+            self.cutoff, self.cutoff_rule = float(max_abs_diff), "given"
+        elif declared is not None:
+            self.cutoff, self.cutoff_rule = declared, "the problem's MAX_ABS_DIFF"
         self.device = platform.device()
         self._lock = threading.Lock()
         self._reference_ms: float | None = None
@@ -175,6 +205,8 @@ class PreparedProblem:
             if peak is not None:
                 scratch = max(scratch, peak - sum(output_bytes))
             del inputs, out
+            if required and self.cutoff is None:
+                self.cutoff, self.cutoff_rule = derived_cutoff(references)
             if required:
                 # on the inputs as drawn: the reference may have changed the ones it was given
                 check_cutoff(references, make_inputs(problem, seed, self.device), self.cutoff,

@@ -134,3 +134,20 @@ def test_kernelbench_mse_loss_runs_and_a_constant_kernel_is_wrong():
         constant = evaluator.evaluate(MSE_CONSTANT)
     assert honest.status is Status.ACCEPTED, honest.reason
     assert constant.status is Status.WRONG, constant.reason
+
+
+def test_a_problem_without_a_cutoff_gets_one_from_its_outputs():
+    """KernelBench's 23_Softmax names no cutoff and its outputs sit near 1/dim: under 1e-2
+    zeros would pass; the derived cutoff follows the outputs and tells them apart."""
+    from fitness import Evaluator, Status
+
+    problem = Path(__file__).resolve().parents[2] / "shared" / "kernelbench" / "level1" / "23_Softmax.py"
+    if not problem.is_file():
+        pytest.skip(f"KernelBench's problem files are not at {problem.parent}")
+    seed = (Path(__file__).resolve().parents[1] / "problems" / "softmax" / "seed.py").read_text()
+    with Evaluator(problem, platform="cpu", shapes={"batch_size": 4, "dim": 1000}) as evaluator:
+        assert evaluator.cutoff < 1e-4 and "derived" in evaluator.cutoff_rule
+        honest = evaluator.evaluate(seed)
+    assert honest.status is Status.ACCEPTED, honest.reason
+    with pytest.raises(CutoffError):  # the default it replaces cannot tell zeros from the answer
+        Evaluator(problem, platform="cpu", shapes={"batch_size": 4, "dim": 1000}, max_abs_diff=1e-2)

@@ -37,6 +37,7 @@ class FakeEvaluator:
 
     platform = argparse.Namespace(name="fake", device_name=lambda: "fake device")
     cutoff = 0.01
+    cutoff_rule = "given"
 
     def __init__(self, log: list, die_after: int | None = None) -> None:
         self.log, self.die_after = log, die_after
