@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from evolve.dispatch import evaluator_info
-from fitness import CutoffError, EvalResult, EvalSettings, Evaluator, PreparedProblem, ProblemError
+from fitness import CutoffError, EvalResult, EvalSettings, Evaluator, PreparedProblem, ProblemError, Status
 from fitness.lane import TimingLane
 from platforms import PlatformUnavailable
 
@@ -99,7 +99,7 @@ class EvaluatorActor:
         try:
             with self._admitted(spec) as others:
                 result = evaluator.evaluate(source)
-            if result.status.value == "out_of_memory" and (result.harness_failure or others):
+            if result.status is Status.OUT_OF_MEMORY and (result.harness_failure or others):
                 with self._lock:
                     self._limit[spec] = max(1, self._limit.get(spec, self.slots) - 1)
                 with self._admitted(spec, alone=True):

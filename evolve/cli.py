@@ -111,25 +111,23 @@ def _sweep(args: argparse.Namespace, entries: list, sweep_dir: Path) -> int:
     pool = SharedPool()
     console.print(f"kevo sweep: {len(entries)} run(s) into {sweep_dir}", highlight=False)
 
-    def start(config_path: Path, run_dir: Path) -> str:
+    def drive(run, *args) -> str:
+        """``start_run`` or ``resume_run`` on the sweep's pool, with a progress line; a run that
+        raises leaves the pool closed, so the next run starts on fresh evaluators."""
         progress = Progress(console)
         try:
-            return start_run(config_path, run_dir, progress, dispatchers=pool)
-        except Exception:
-            pool.close()  # the next run starts on fresh evaluators
-            raise
-        finally:
-            progress.close()
-
-    def resume(run_dir: Path) -> str:
-        progress = Progress(console)
-        try:
-            return resume_run(run_dir, progress, dispatchers=pool)
+            return run(*args, progress, dispatchers=pool)
         except Exception:
             pool.close()
             raise
         finally:
             progress.close()
+
+    def start(config_path: Path, run_dir: Path) -> str:
+        return drive(start_run, config_path, run_dir)
+
+    def resume(run_dir: Path) -> str:
+        return drive(resume_run, run_dir)
 
     def told(outcome) -> None:
         best = f"{outcome.speedup:.3g}x" if outcome.speedup else "no correct kernel"

@@ -26,7 +26,6 @@ from typing import Any
 from fitness.compare import compare
 from fitness.lane import NoLane, TimingLane
 from fitness.prepared import PreparedProblem, Variant
-from fitness.problem import ProblemError
 from fitness.profiling import profile_candidate
 from fitness.refusal import out_of_memory
 from fitness.result import EvalResult, Status
@@ -66,11 +65,8 @@ class Evaluator:
         prepared: PreparedProblem | None = None,
     ) -> None:
         if prepared is None:
-            reference_path = Path(reference).resolve()
-            if not reference_path.is_file():
-                raise ProblemError(f"reference file not found: {reference_path}")
             platform = get_platform(platform) if isinstance(platform, str) else platform
-            prepared = PreparedProblem(reference_path, platform, shapes, max_abs_diff, held_out, settings,
+            prepared = PreparedProblem(reference, platform, shapes, max_abs_diff, held_out, settings,
                                        dtype, held_out_rng)
         self.prepared = prepared
         self.reference_path = prepared.reference_path
@@ -87,7 +83,6 @@ class Evaluator:
         self._held_out_rng = prepared.held_out_rng
         self._worker: WorkerProcess | None = None
         self._served = 0  # candidates the current worker has been handed
-        self._timed_worst = 0.0  # the largest difference over the last window's checked runs
         # Wall seconds of the last evaluation by part (worker steps, the evaluator's own checks).
         self.walls: collections.Counter[str] = collections.Counter()
         # Shared with the other evaluators on this device, if any (fitness.lane).
@@ -138,8 +133,13 @@ class Evaluator:
             self._worker.close()
             self._worker = None
 
-    def _step(self, message: dict[str, Any], meanwhile: Any = None) -> tuple[dict[str, Any], list]:
-        """One worker step; ``meanwhile()`` (if given) runs here while the worker works."""
+    def _step(self, message: dict[str, Any], meanwhile: Any = None, interim: Any = None) -> tuple[dict[str, Any], list]:
+        """One worker step; ``meanwhile()`` (if given) runs here while the worker works.
+
+        A step may send messages of its own before its reply (the time step hands
+        checked runs over): ``interim(message, tensors)`` answers each with the
+        message the worker waits for. Raises ``WorkerGone``.
+        """
         worker = self._get_worker()
         started = time.monotonic()
         try:
@@ -147,6 +147,11 @@ class Evaluator:
             if meanwhile is not None:
                 meanwhile()
             reply, tensors = worker.answer(nonce, self.settings.timeout_s)
+            while interim is not None and reply.get("interim"):
+                answer = interim(reply, tensors)
+                del tensors  # our copy of these outputs goes before the next ones arrive
+                worker.send(answer)
+                reply, tensors = worker.answer(nonce, self.settings.timeout_s)
         except WorkerGone:
             self._discard_worker()
             raise
@@ -260,7 +265,7 @@ class Evaluator:
             with self._timed("reference timing"):
                 self.reference_ms()  # timed with the device to itself, like the candidate
             started = time.monotonic()
-            reply, verdict = self._timed_window(base_seed, judged)
+            reply, verdict, timed_worst = self._timed_window(base_seed, judged)
             wall_s = time.monotonic() - started
         if verdict is not None and verdict.status != "accepted":
             run = judged[-1]
@@ -275,7 +280,7 @@ class Evaluator:
             return EvalResult(Status.FORBIDDEN, "the worker did not hand over the timed runs it had to",
                               checks=checks, **base)
         checks += len(judged)
-        worst = max(worst, self._timed_worst)
+        worst = max(worst, timed_worst)
         runs, walls = reply["runs_ms"], reply["wall_ms"]
         problem = _timer_disagrees(runs, walls, wall_s)
         if problem:
@@ -287,43 +292,31 @@ class Evaluator:
         return EvalResult(Status.ACCEPTED, "", max_abs_diff=worst, runtime_ms=timing.median_ms,
                           runtime_spread=timing.spread, reference_ms=self.reference_ms(), checks=checks, **base)
 
-    def _timed_window(self, base_seed: int, judged: list[int]) -> tuple[dict[str, Any], Any]:
+    def _timed_window(self, base_seed: int, judged: list[int]) -> tuple[dict[str, Any], Any, float]:
         """The worker's time step: (its final reply, the verdict on the last run it handed
-        over, or None). Each checked run's outputs arrive as the run ends; the worker
-        waits while they are judged here, so it keeps one run's outputs at a time.
-        ``judged`` gets the run indices as they come. A forged hand-over raises ``WorkerGone``."""
-        worker = self._get_worker()
-        started = time.monotonic()
-        self._timed_worst, verdict = 0.0, None
-        try:
-            nonce = worker.send({"step": "time", "base_seed": base_seed, "check_seed": secrets.randbits(64),
-                                 "checks": self.settings.timed_checks, "poison": self.main.output_bytes,
-                                 "timing": dataclasses.asdict(self.timing)})
-            while True:
-                reply, outputs = worker.answer(nonce, self.settings.timeout_s)
-                if reply.get("interim") != "timed_run":
-                    break
-                run, seed = reply.get("run"), reply.get("seed")
-                if (type(run) is not int or run < 0 or (judged and run <= judged[-1])
-                        or seed != base_seed + run):
-                    worker.kill()
-                    raise WorkerGone("forbidden", "the worker handed over a timed run on inputs it was not given")
-                judged.append(run)
-                with self._timed("reference outputs"):
-                    references = self.prepared.reference_outputs(self.main, seed)
-                with self._timed("compare"):
-                    verdict = compare(outputs, references, self.cutoff)
-                del outputs, references
-                self._timed_worst = max(self._timed_worst, verdict.max_abs_diff)
-                worker.send({"step": "continue" if verdict.status == "accepted" else "stop"})
-        except WorkerGone:
-            self._discard_worker()
-            raise
-        finally:
-            self.walls["step time"] += time.monotonic() - started
-        if reply.get("fatal"):
-            self._discard_worker()
-        return reply, verdict
+        over or None, the largest difference over the runs judged). Each checked run's
+        outputs arrive as the run ends; the worker waits while they are judged here, so it
+        keeps one run's outputs at a time. ``judged`` gets the run indices as they come.
+        A forged hand-over raises ``WorkerGone``."""
+        verdicts: list = []
+
+        def judge(handed: dict[str, Any], outputs: list) -> dict[str, Any]:
+            run, seed = handed.get("run"), handed.get("seed")
+            if (handed.get("interim") != "timed_run" or type(run) is not int or run < 0
+                    or (judged and run <= judged[-1]) or seed != base_seed + run):
+                raise WorkerGone("forbidden", "the worker handed over a timed run on inputs it was not given")
+            judged.append(run)
+            with self._timed("reference outputs"):
+                references = self.prepared.reference_outputs(self.main, seed)
+            with self._timed("compare"):
+                verdicts.append(compare(outputs, references, self.cutoff))
+            return {"step": "continue" if verdicts[-1].status == "accepted" else "stop"}
+
+        reply, _ = self._step({"step": "time", "base_seed": base_seed, "check_seed": secrets.randbits(64),
+                               "checks": self.settings.timed_checks, "poison": self.main.output_bytes,
+                               "timing": dataclasses.asdict(self.timing)}, interim=judge)
+        worst = max((v.max_abs_diff for v in verdicts), default=0.0)
+        return reply, (verdicts[-1] if verdicts else None), worst
 
     def profile(self, source: str, runtime_ms: float | None = None) -> dict[str, Any]:
         """The profile of candidate ``source`` (a parent), as ``ProfileRecord.to_dict()``.

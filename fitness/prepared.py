@@ -22,7 +22,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from fitness.compare import CutoffError, check_cutoff, output_means
+from fitness.compare import CutoffError, check_cutoff, finite_abs_max, output_means
 from fitness.problem import (
     Problem,
     ProblemError,
@@ -77,8 +77,6 @@ def derived_cutoff(references: list) -> tuple[float, str]:
     Outputs that are all zero keep 1e-2 (the cutoff check then refuses them).
     """
     import torch
-
-    from fitness.compare import finite_abs_max
 
     scale = max((finite_abs_max(r) for r in references), default=0.0)
     eps = max((torch.finfo(r.dtype).eps for r in references if r.is_floating_point()), default=0.0)

@@ -181,7 +181,7 @@ class Harness:
         return None
 
     def call(self, seed: int, poison: list[int]) -> tuple[dict, list]:
-        """Run forward once on fresh clones of the inputs drawn from ``seed``."""
+        """Run forward once on the inputs drawn from ``seed``, witnessed before the call."""
         args = self._inputs(seed)
         witnesses = self._witnesses(args)
         self.platform.poison_memory(poison)
@@ -247,25 +247,25 @@ class Harness:
     def _hand_over(self, run: int, seed: int, outputs: list) -> None:
         """Send a checked timed run's outputs now and wait for the evaluator's word: it
         takes its copy and judges it while the worker waits, between two timed runs."""
-        nonce = self.nonce
-        spill = os.path.join(self.spill_dir, f"{nonce}r{run}.bin") if self.spill_dir and nonce.isalnum() else None
-        wire.send(self.out_fd, {"ok": True, "interim": "timed_run", "run": run, "seed": seed, "nonce": nonce},
-                  self.ship(outputs), spill, self.platform.export_tensor)
+        self.send({"ok": True, "interim": "timed_run", "run": run, "seed": seed}, outputs, f"r{run}")
         message, _ = wire.receive(self.in_fd)
         self.shipped = []
         if message.get("step") != "continue":
             # the evaluator has its verdict (this run's outputs were wrong): the window ends here
             raise Refusal("wrong", f"timed run {run} was judged wrong")
 
-    def ship(self, tensors: list) -> list:
-        """``tensors`` made contiguous and kept until the next message, so that the
+    def send(self, reply: dict, tensors: list, tag: str = "") -> None:
+        """Send ``reply`` and ``tensors`` for the step being handled (its nonce; large
+        tensors off the device through a spill file named after it and ``tag``). The
+        tensors are made contiguous and kept until the next message, so that the
         evaluator can take its copy of them where they lie (``Platform.export_tensor``)."""
+        nonce = self.nonce
+        spill = os.path.join(self.spill_dir, f"{nonce}{tag}.bin") if self.spill_dir and nonce.isalnum() else None
         self.shipped = [t.contiguous() for t in tensors]
-        return self.shipped
+        wire.send(self.out_fd, {**reply, "nonce": nonce}, self.shipped, spill, self.platform.export_tensor)
 
     def handle(self, message: dict) -> tuple[dict, list]:
         step = message["step"]
-        self.nonce = str(message.get("nonce") or "")
         self.shipped = []  # the evaluator has its copies of what was shipped last
         threads_before = self.threads_started
         self.guard.violations.clear()
@@ -305,7 +305,7 @@ class Harness:
                 raise
             # The harness's own allocation (inputs, their clones, the input check): not the
             # candidate's doing; the evaluator decides whether to try again with more room.
-            exc = None
+            exc = None  # its traceback holds the frames (and tensors) of the failed step: drop them first
             self.platform.release_memory()
             reply, tensors = self._refused(Refusal("out_of_memory", f"kevo's worker ran out of memory during {step}")), []
             reply["harness"] = True
@@ -367,13 +367,12 @@ def main(argv: list[str]) -> None:
                 shutil.rmtree(spill_dir, ignore_errors=True)
             return
         nonce = message.get("nonce")
+        harness.nonce = nonce if isinstance(nonce, str) else ""
         try:
             reply, tensors = harness.handle(message)
         except Exception:  # a bug of kevo: report it as such, then stop
             reply, tensors = {"ok": False, "status": "internal_error", "reason": traceback.format_exc(), "fatal": True}, []
-        reply["nonce"] = nonce
-        spill = os.path.join(spill_dir, f"{nonce}.bin") if spill_dir and isinstance(nonce, str) and nonce.isalnum() else None
-        wire.send(out_fd, reply, harness.ship(tensors), spill, harness.platform.export_tensor)
+        harness.send(reply, tensors)
         if reply.get("fatal"):
             os._exit(3)
 
