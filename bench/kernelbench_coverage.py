@@ -8,6 +8,7 @@ prepare the held-out shapes, and fit the memory plan. Each result is written
 to ``--out`` (JSON lines) as it arrives, so a run cut short keeps what it did.
 
     python bench/kernelbench_coverage.py ../shared/kernelbench/level1 --out coverage.jsonl   # on a GPU
+    python bench/kernelbench_coverage.py ../shared/kernelbench/level1 --no-probes ...   # without probe inputs
     python bench/kernelbench_coverage.py ../shared/kernelbench/level1 --device cpu \\
         --shape batch_size=2 --only 19_ReLU 23_Softmax                # small shapes on the CPU
 """
@@ -40,16 +41,17 @@ def problems(folder: Path, only: list[str]) -> list[Path]:
     return [p for p in files if not only or any(p.stem.startswith(o) for o in only)]
 
 
-def prepare(path: Path, platform, shape_args: list[str], slots: int) -> dict:
+def prepare(path: Path, platform, shape_args: list[str], slots: int, probes: bool = True) -> dict:
     shapes = apply_shapes(path, shape_args, ignore_unknown=True)
     row: dict = {"problem": path.stem, "shapes": shapes}
     started = time.perf_counter()
     prepared = None
     try:
-        prepared = PreparedProblem(path, platform, shapes, settings=EvalSettings())
+        prepared = PreparedProblem(path, platform, shapes, settings=EvalSettings(probes=probes))
         row.update(status="prepared", footprint_gb=prepared.footprint() / GB,
-                   slots=prepared.slots_that_fit(slots), cutoff=prepared.cutoff,
-                   held_out=sum(len(g) for g in prepared.held_out_groups))
+                   slots=prepared.slots_that_fit(slots), cutoff=prepared.cutoff, cutoff_rule=prepared.cutoff_rule,
+                   held_out=sum(len(g) for g in prepared.held_out_groups),
+                   probes=[p.describe() for p in prepared.probes], notes=prepared.notes)
     except CutoffError as exc:
         row.update(status="refused", kind="cutoff", reason=str(exc))
     except ProblemError as exc:
@@ -70,13 +72,14 @@ def main() -> None:
                         help="override a knob wherever a problem has it (for small runs on the CPU)")
     parser.add_argument("--only", nargs="*", default=[], help="problem file names starting with these")
     parser.add_argument("--slots", type=int, default=3, help="evaluations at once an actor would like")
+    parser.add_argument("--no-probes", action="store_true", help="prepare without probe inputs (kevo before them)")
     parser.add_argument("--out", type=Path, help="JSON lines, one per problem, written as they arrive")
     args = parser.parse_args()
     platform = get_platform(args.device)
     rows = []
     out = args.out.open("a") if args.out else None
     for path in problems(args.folder, args.only):
-        rows.append(prepare(path, platform, args.shape, args.slots))
+        rows.append(prepare(path, platform, args.shape, args.slots, probes=not args.no_probes))
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
         if out:
             out.write(json.dumps(rows[-1]) + "\n")

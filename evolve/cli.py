@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import sys
@@ -59,13 +60,16 @@ def _read(path: str, what: str) -> str:
 def cmd_verify(args: argparse.Namespace) -> int:
     source = _read(args.candidate, "candidate file")
     _read(args.reference, "reference file")
-    settings = EvalSettings(timeout_s=args.timeout) if args.timeout else EvalSettings()
+    settings = EvalSettings(probes=not args.no_probes)
+    if args.timeout:
+        settings = dataclasses.replace(settings, timeout_s=args.timeout)
     with Evaluator(args.reference, platform=args.device, shapes=dict(args.shape or []),
                    max_abs_diff=args.max_abs_diff, settings=settings, dtype=args.dtype) as evaluator:
         result = evaluator.evaluate(source)
         record = {**result.to_dict(), "cutoff": evaluator.cutoff, "cutoff_rule": evaluator.cutoff_rule,
                   "shapes": evaluator.main.shapes,
-                  "held_out_shapes": [v.shapes for v in evaluator.held_out]}
+                  "held_out_shapes": [v.shapes for v in evaluator.held_out],
+                  "probes": [p.describe() for p in evaluator.prepared.probes], "notes": evaluator.prepared.notes}
     if args.json:
         print(json.dumps(record))
     else:
@@ -80,6 +84,9 @@ def _print_verdict(r: dict) -> None:
     if r["max_abs_diff"] is not None:
         print(f"max_abs_diff  {r['max_abs_diff']:.3g} (cutoff {r['cutoff']:.3g}, {r['checks']} checks)")
     print(f"cutoff        {r['cutoff']:.3g}: {r['cutoff_rule']}")
+    print(f"probes        {'; '.join(r['probes']) if r['probes'] else 'none'}")
+    for note in r["notes"]:
+        print(f"note          {note}")
     if r["runtime_ms"] is not None:
         print(f"runtime       {r['runtime_ms']:.4g} ms (spread {100 * r['runtime_spread']:.1f}%)")
         print(f"reference     {r['reference_ms']:.4g} ms")
@@ -242,6 +249,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="cast the floating-point inputs and weights to this precision (default: as the problem makes them)")
     verify.add_argument("--timeout", type=_positive_float, default=None, metavar="SECONDS",
                         help="time limit per step of the evaluation (default 300)")
+    verify.add_argument("--no-probes", action="store_true",
+                        help="check on the problem's own input draws only, not on probe inputs from a wider domain")
     verify.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     verify.set_defaults(func=cmd_verify)
 

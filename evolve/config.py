@@ -71,6 +71,7 @@ class ProblemConfig:
 class FitnessConfig:
     max_abs_diff: float | None = None  # None: the problem's MAX_ABS_DIFF
     timeout_s: float = 300.0  # per step of one evaluation (import, a call, a timing window)
+    probes: bool = True  # also check on probe inputs from a wider value domain (fitness.probes)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -165,7 +165,8 @@ def evaluator_spec(config: Config) -> EvaluatorSpec:
 def eval_settings(config: Config) -> EvalSettings:
     """The evaluator's settings from the config: its timeout and how parents are profiled."""
     profiler = config.profiler
-    return EvalSettings(timeout_s=config.fitness.timeout_s, profiler_enabled=profiler.enabled,
+    return EvalSettings(timeout_s=config.fitness.timeout_s, probes=config.fitness.probes,
+                        profiler_enabled=profiler.enabled,
                         ncu_bin_path=None if profiler.ncu_bin_path is None else str(profiler.ncu_bin_path),
                         rocprof_bin_path=None if profiler.rocprof_bin_path is None else str(profiler.rocprof_bin_path),
                         profile_timeout_s=profiler.timeout_s)

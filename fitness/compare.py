@@ -160,15 +160,16 @@ def _finite_mean(ref: torch.Tensor) -> float | None:
 
 
 def _trivial_outputs(ref: torch.Tensor, inputs: Sequence, constant: float | None,
-                     constant_name: str) -> dict[str, torch.Tensor | float]:
-    """Trivial outputs by name: a flat tensor of the reference's shape, or a constant."""
-    trivial: dict[str, torch.Tensor | float] = {"zeros": 0.0}
+                     constant_name: str) -> list[tuple[str, torch.Tensor | float, int | None]]:
+    """Trivial outputs: (name, a flat tensor of the reference's shape or a constant, the
+    input's index for an input)."""
+    trivial: list[tuple[str, torch.Tensor | float, int | None]] = [("zeros", 0.0, None)]
     if constant is not None:
         # the constant as the output's dtype would hold it
-        trivial[constant_name] = float(torch.tensor(constant, dtype=torch.float64).to(ref.dtype))
+        trivial.append((constant_name, float(torch.tensor(constant, dtype=torch.float64).to(ref.dtype)), None))
     for j, x in enumerate(inputs):
         if isinstance(x, torch.Tensor) and x.shape == ref.shape:
-            trivial[f"input {j}"] = _flat(x)
+            trivial.append((f"input {j}", _flat(x), j))
     return trivial
 
 
@@ -198,6 +199,59 @@ def output_means(references: Sequence[torch.Tensor]) -> list[float | None]:
     return [_finite_mean(_flat(ref)) for ref in _as_list(references)]
 
 
+@dataclasses.dataclass
+class Trivial:
+    """A trivial output that a cutoff cannot tell from the reference on some inputs."""
+
+    output: int  # which output
+    name: str  # "zeros", "a constant (...)", "input 1"
+    constant: float | None  # the value it returns everywhere (zeros: 0.0); None: an input
+    input_index: int | None  # the input it returns, for an input
+    message: str  # the refusal, naming the output's scale and a cutoff that would work
+
+    def value(self, inputs: Sequence) -> torch.Tensor | float:
+        """This trivial output for ``inputs`` (the same constant, or that input of these inputs)."""
+        return self.constant if self.input_index is None else _flat(inputs[self.input_index])
+
+    def matches(self, references: Sequence[torch.Tensor], inputs: Sequence, cutoff: float) -> bool:
+        """Whether it passes ``cutoff`` against ``references`` (on ``inputs``) too."""
+        ref = _as_list(references)[self.output]
+        value = self.value(inputs)
+        if isinstance(value, torch.Tensor) and value.shape != _flat(ref).shape:
+            return False
+        share, _ = _match(_flat(ref), value, cutoff)
+        return share >= TRIVIAL_MATCH_LIMIT
+
+
+def trivial_passes(references: Sequence[torch.Tensor], inputs: Sequence, cutoff: float,
+                   constants: Sequence[float | None] | None = None) -> list[Trivial]:
+    """The trivial outputs (zeros, a constant, an input) that ``cutoff`` cannot tell
+    from ``references``, each with the refusal it would make; see ``check_cutoff``."""
+    if not (cutoff > 0 and math.isfinite(cutoff)):
+        raise CutoffError(f"the cutoff must be a positive finite number, got {cutoff}")
+    references = _as_list(references)
+    own = constants is None
+    constants = output_means(references) if own else list(constants)
+    constant_name = "a constant (the mean)" if own else "a constant (the mean of another draw's output)"
+    found = []
+    for i, ref in enumerate(references):
+        flat = _flat(ref)
+        for name, trivial, index in _trivial_outputs(ref, inputs, constants[i], constant_name):
+            share, gaps = _match(flat, trivial, cutoff)
+            if share >= TRIVIAL_MATCH_LIMIT:
+                picked = sample(flat).to(torch.float64)
+                picked = picked[torch.isfinite(picked)].abs()
+                typical = float(picked.median()) if picked.numel() else 0.0
+                scale = finite_abs_max(flat)
+                gap = float(gaps.median()) if gaps.numel() else 0.0
+                hint = f"; choose a cutoff well below the typical gap {gap:.3g}, e.g. {gap / 100:.2g}" if gap > 0 else ""
+                message = (f"max-abs-diff cutoff {cutoff:.3g} cannot tell right from wrong: output {i} "
+                           f"(shape {tuple(ref.shape)}, median |ref| = {typical:.3g}, max |ref| = {scale:.3g}) "
+                           f"is matched by {name} on {100 * share:.1f}% of its elements{hint}")
+                found.append(Trivial(i, name, None if index is not None else float(trivial), index, message))
+    return found
+
+
 def check_cutoff(references: Sequence[torch.Tensor], inputs: Sequence, cutoff: float,
                  constants: Sequence[float | None] | None = None) -> None:
     """Refuse a cutoff that a trivial output (zeros, a constant, an input) passes.
@@ -215,28 +269,20 @@ def check_cutoff(references: Sequence[torch.Tensor], inputs: Sequence, cutoff: f
     comes from elsewhere; without ``constants``, it is these references' own
     mean (for a caller with one draw only).
     """
-    if not (cutoff > 0 and math.isfinite(cutoff)):
-        raise CutoffError(f"the cutoff must be a positive finite number, got {cutoff}")
-    references = _as_list(references)
-    own = constants is None
-    constants = output_means(references) if own else list(constants)
-    constant_name = "a constant (the mean)" if own else "a constant (the mean of another draw's output)"
-    for i, ref in enumerate(references):
-        flat = _flat(ref)
-        for name, trivial in _trivial_outputs(ref, inputs, constants[i], constant_name).items():
-            share, gaps = _match(flat, trivial, cutoff)
-            if share >= TRIVIAL_MATCH_LIMIT:
-                picked = sample(flat).to(torch.float64)
-                picked = picked[torch.isfinite(picked)].abs()
-                typical = float(picked.median()) if picked.numel() else 0.0
-                scale = finite_abs_max(flat)
-                gap = float(gaps.median()) if gaps.numel() else 0.0
-                hint = f"; choose a cutoff well below the typical gap {gap:.3g}, e.g. {gap / 100:.2g}" if gap > 0 else ""
-                raise CutoffError(
-                    f"max-abs-diff cutoff {cutoff:.3g} cannot tell right from wrong: output {i} "
-                    f"(shape {tuple(ref.shape)}, median |ref| = {typical:.3g}, max |ref| = {scale:.3g}) "
-                    f"is matched by {name} on {100 * share:.1f}% of its elements{hint}"
-                )
+    found = trivial_passes(references, inputs, cutoff, constants)
+    if found:
+        raise CutoffError(found[0].message)
+
+
+def all_finite(ref: torch.Tensor) -> bool:
+    """Whether every element of ``ref`` is finite (integer tensors always are)."""
+    ref = _flat(ref)
+    if not ref.is_floating_point():
+        return True
+    bad = torch.zeros((), dtype=torch.bool, device=ref.device)
+    for part in chunks(ref.numel(), _chunk(ref.device)):
+        bad |= ~torch.isfinite(ref[part]).all()
+    return not bool(bad)
 
 
 def finite_abs_max(ref: torch.Tensor) -> float:

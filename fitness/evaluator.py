@@ -26,6 +26,7 @@ from typing import Any
 from fitness.compare import compare
 from fitness.lane import NoLane, TimingLane
 from fitness.prepared import PreparedProblem, Variant
+from fitness.probes import Probe
 from fitness.profiling import profile_candidate
 from fitness.refusal import out_of_memory
 from fitness.result import EvalResult, Status
@@ -83,6 +84,7 @@ class Evaluator:
         self._held_out_rng = prepared.held_out_rng
         self._worker: WorkerProcess | None = None
         self._served = 0  # candidates the current worker has been handed
+        self._loaded: Variant | None = None  # the variant the worker's model was last built at
         # Wall seconds of the last evaluation by part (worker steps, the evaluator's own checks).
         self.walls: collections.Counter[str] = collections.Counter()
         # Shared with the other evaluators on this device, if any (fitness.lane).
@@ -115,7 +117,7 @@ class Evaluator:
             if self._worker is not None:
                 self._worker.close()
             index = getattr(self.platform, "index", 0)
-            self._served = 0
+            self._served, self._loaded = 0, None
             self._worker = WorkerProcess(
                 self.platform.name, index, dict(self.platform.worker_env),
                 self.settings.startup_timeout_s, self.settings.memory_limit_bytes,
@@ -161,20 +163,34 @@ class Evaluator:
             self._discard_worker()
         return reply, tensors
 
-    def _checked_call(self, variant: Variant, seed: int) -> tuple[dict[str, Any], Any]:
+    def _load(self, source: str, variant: Variant) -> dict[str, Any]:
+        """Load ``source`` in the worker at ``variant``'s shapes; the worker's reply."""
+        self._loaded = None
+        with self.lane.shared():
+            reply, _ = self._step({"step": "load", "source": source, "problem": str(self.reference_path),
+                                   "shapes": variant.shapes, "init_seed": self.settings.init_seed, "dtype": self.dtype})
+        if reply["ok"]:
+            self._loaded = variant
+        return reply
+
+    def _checked_call(self, variant: Variant, seed: int, probe: Probe | None = None) -> tuple[dict[str, Any], Any]:
         """(the worker's reply, the comparison) for one call of the candidate on ``seed``'s
-        inputs; the reference's outputs are computed here while the worker runs it."""
+        inputs (transformed by ``probe``, if given, and judged at its cutoff); the
+        reference's outputs are computed here while the worker runs it."""
         refs: list = []
 
         def reference() -> None:
             with self._timed("reference outputs"):
-                refs.extend(self.prepared.reference_outputs(variant, seed))
+                refs.extend(self.prepared.reference_outputs(variant, seed, probe))
 
-        reply, outputs = self._step({"step": "call", "seed": seed, "poison": variant.output_bytes}, reference)
+        message = {"step": "call", "seed": seed, "poison": variant.output_bytes}
+        if probe is not None:
+            message["probe"] = probe.to_message()
+        reply, outputs = self._step(message, reference)
         if not reply["ok"]:
             return reply, None
         with self._timed("compare"):
-            return reply, compare(outputs, refs, self.cutoff)
+            return reply, compare(outputs, refs, probe.cutoff if probe is not None else self.cutoff)
 
     def evaluate(self, source: str) -> EvalResult:
         """The verdict on candidate ``source`` (the text of a ModelNew file)."""
@@ -227,17 +243,23 @@ class Evaluator:
     def _evaluate(self, source: str, base: dict[str, Any]) -> EvalResult:
         checks, worst = 0, 0.0
         self.held_out = [self._held_out_rng.choice(group) for group in self._held_out_groups]
-        for variant in [self.main, *self.held_out]:
-            with self.lane.shared():
-                reply, _ = self._step({"step": "load", "source": source, "problem": str(self.reference_path),
-                                       "shapes": variant.shapes, "init_seed": self.settings.init_seed, "dtype": self.dtype})
+        # The main shapes last: the timing that follows runs on the model loaded there.
+        for variant in [*self.held_out, self.main]:
+            reply = self._load(source, variant)
             if not reply["ok"]:
                 return _refused(reply, "", base)
             fresh = [secrets.randbelow(2**31 - 1) for _ in range(self.settings.fresh_inputs)]
             # The main shapes get every fixed and fresh input set (and the timed runs'
             # checks); a held-out shape is there to catch shape-specific code, which
-            # one fresh input set does as well as three and costs a third.
-            seeds = [*self.settings.fixed_seeds, *fresh] if variant is self.main else (fresh or [self.settings.fixed_seeds[0]])
+            # one fresh input set does as well as three and costs a third. With probes,
+            # the main shapes' fresh draws are the probes' (fresh and secret too); the
+            # problem's own fresh draw is checked when a probe fails (_probe), and in
+            # the timed runs.
+            probing = variant is self.main and bool(self.prepared.probes)
+            if variant is not self.main:
+                seeds = fresh or [self.settings.fixed_seeds[0]]
+            else:
+                seeds = [*self.settings.fixed_seeds, *([] if probing else fresh)]
             for seed in seeds:
                 with self.lane.shared():
                     reply, verdict = self._checked_call(variant, seed)
@@ -249,14 +271,48 @@ class Evaluator:
                                       max_abs_diff=verdict.max_abs_diff, checks=checks, **base)
                 checks += 1
                 worst = max(worst, verdict.max_abs_diff)
+            if probing:
+                refused = self._probe(base, checks, fresh)
+                if refused is not None:
+                    return refused
+                checks += len(self.prepared.probes)
         return self._time(source, base, checks, worst)
 
+    def _probe(self, base: dict[str, Any], checks: int, fresh: list[int]) -> EvalResult | None:
+        """Check the candidate on each probe (``fitness.probes``) at the main shapes, on
+        fresh secret inputs; the verdict if it fails one, else None.
+
+        A candidate that fails a probe is then checked on the problem's own ``fresh``
+        draws: wrong there too, the verdict is that (``wrong``, say: it memorised the
+        fixed inputs); right there, it is ``wrong_off_distribution``. A probe's
+        differences are at its own scale: ``max_abs_diff`` stays the problem's own."""
+        for probe in self.prepared.probes:
+            with self.lane.shared():
+                reply, verdict = self._checked_call(self.main, secrets.randbelow(2**31 - 1), probe)
+            if not reply["ok"]:
+                return _refused(reply, f"on the probe ({probe.describe()}): ", base)
+            if verdict.status != "accepted":
+                for seed in fresh:
+                    with self.lane.shared():
+                        own_reply, own = self._checked_call(self.main, seed)
+                    if not own_reply["ok"]:
+                        return _refused(own_reply, "", base)
+                    if own.status != "accepted":
+                        return EvalResult(Status(own.status), f"fresh inputs: {own.reason}",
+                                          max_abs_diff=own.max_abs_diff, checks=checks, **base)
+                return EvalResult(Status.WRONG_OFF_DISTRIBUTION,
+                                  f"right on the problem's own inputs, {verdict.status} on the probe "
+                                  f"({probe.describe()}; cutoff {probe.cutoff:.3g} there): {verdict.reason}",
+                                  checks=checks, **base)
+            checks += 1
+        return None
+
     def _time(self, source: str, base: dict[str, Any], checks: int, worst: float) -> EvalResult:
-        with self.lane.shared():
-            reply, _ = self._step({"step": "load", "source": source, "problem": str(self.reference_path),
-                                   "shapes": self.main.shapes, "init_seed": self.settings.init_seed, "dtype": self.dtype})
-        if not reply["ok"]:
-            return _refused(reply, "", base)
+        self._get_worker()  # replaced (and so not loaded) if it died since the checks
+        if self._loaded is not self.main:
+            reply = self._load(source, self.main)
+            if not reply["ok"]:
+                return _refused(reply, "", base)
         # Timed inputs are fresh too, and new for every run: a candidate that
         # recognises inputs it has seen must not answer them from a cache.
         base_seed = secrets.randbelow(2**30)

@@ -22,13 +22,15 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from fitness.compare import CutoffError, check_cutoff, finite_abs_max, output_means
+from fitness.compare import CutoffError, Trivial, all_finite, finite_abs_max, output_means, trivial_passes
+from fitness.probes import FACTOR_RANGE, Probe, changes
 from fitness.problem import (
     Problem,
     ProblemError,
     build_model,
     declared_cutoff,
     held_out_shapes,
+    input_domains,
     load_problem,
     make_inputs,
 )
@@ -126,7 +128,16 @@ class PreparedProblem:
         self.device = platform.device()
         self._lock = threading.Lock()
         self._reference_ms: float | None = None
+        # What the problem's own draws cannot tell from the answer (the cutoff check), the
+        # reference's scale and finiteness on the first fixed inputs: set by _variant.
+        self._suspects: list[Trivial] = []
+        self._main_scale, self._main_finite = 0.0, True
+        #: Things said once about this problem (a probe dropped, what the probes tell apart).
+        self.notes: list[str] = []
         self.main = self._prepare(self.shapes, required=True)
+        #: The probes every evaluation checks at the main shapes (fitness.probes), each with its cutoff.
+        self.probes: list[Probe] = self._prepare_probes() if self.settings.probes else []
+        self._settle_suspects()
         # Held-out shapes in groups; each evaluation checks one of every group,
         # chosen in secret. Derived groups are drawn in secret too (see
         # fitness.problem.held_out_shapes): a kernel cannot know them.
@@ -148,11 +159,12 @@ class PreparedProblem:
 
     # -- the reference ------------------------------------------------------------
 
-    def reference_outputs(self, variant: Variant, seed: int) -> list:
-        """The reference's outputs, on the device, for the inputs drawn from ``seed``."""
+    def reference_outputs(self, variant: Variant, seed: int, probe: Probe | None = None) -> list:
+        """The reference's outputs, on the device, for the inputs drawn from ``seed``
+        (transformed by ``probe``, if given)."""
         import torch
 
-        inputs = make_inputs(variant.problem, seed, self.device)
+        inputs = make_inputs(variant.problem, seed, self.device, probe)
         with torch.no_grad():
             out = variant.model(*inputs)
         del inputs
@@ -206,12 +218,85 @@ class PreparedProblem:
             if required and self.cutoff is None:
                 self.cutoff, self.cutoff_rule = derived_cutoff(references)
             if required:
+                if seed == seeds[0]:
+                    self._main_scale = max(finite_abs_max(r) for r in references) if references else 0.0
+                    self._main_finite = all(all_finite(r) for r in references)
                 # on the inputs as drawn: the reference may have changed the ones it was given
-                check_cutoff(references, make_inputs(problem, seed, self.device), self.cutoff,
-                             constants if constants is not None else [None] * len(references))
+                found = trivial_passes(references, make_inputs(problem, seed, self.device), self.cutoff,
+                                       constants if constants is not None else [None] * len(references))
+                known = {(t.output, t.name) for t in self._suspects}
+                self._suspects += [t for t in found if (t.output, t.name) not in known]
                 constants = output_means(references)
             del references
         return Variant(shapes, problem, model, output_bytes, input_bytes, scratch)
+
+    # -- probes -------------------------------------------------------------------------
+
+    def _prepare_probes(self) -> list[Probe]:
+        """The probes this problem takes: random signs, and random signs at a large scale
+        drawn in secret. A probe the reference cannot take (it raises, or its outputs are
+        not finite where the problem's own inputs gave finite ones) is tried without its
+        sign changes, then dropped with a note. Each kept probe's cutoff follows the
+        reference's scale there: ``cutoff * max(1, max |ref on probe| / max |ref|)``."""
+        factor = float(round(_SECRET.uniform(*FACTOR_RANGE)))
+        kept: list[Probe] = []
+        for probe in (Probe(signs=True), Probe(signs=True, factor=factor)):
+            while probe is not None:
+                outcome = self._try_probe(probe)
+                if isinstance(outcome, Probe):
+                    kept.append(outcome)
+                    break
+                if outcome is None:  # it would change no input (none is floating-point, or none may change)
+                    break
+                self._note(f"probe {probe.describe()} dropped: {outcome}")
+                probe = probe.unsigned()
+        return kept
+
+    def _try_probe(self, probe: Probe) -> Probe | str | None:
+        """``probe`` with its cutoff, or why the reference cannot take it (None: it
+        changes none of the inputs). Suspects it tells from the answer are cleared."""
+        import torch
+
+        main, seed = self.main, self.settings.fixed_seeds[0]
+        try:
+            inputs = make_inputs(main.problem, seed, self.device, probe)
+            if not any(changes(probe, x, d) for x, d in zip(inputs, input_domains(main.problem, len(inputs)))):
+                return None
+            with torch.no_grad():
+                out = main.model(*inputs)
+            self.platform.synchronize()
+        except ProblemError:
+            raise
+        except Exception as exc:  # the reference is user input
+            self.platform.release_memory()
+            return f"the reference fails on them ({type(exc).__name__}: {str(exc).strip()[:200]})"
+        del inputs
+        references = [o.detach() for o in (out if isinstance(out, (tuple, list)) else [out])]
+        del out
+        if self._main_finite and not all(all_finite(r) for r in references):
+            return "the reference's outputs are not finite there, though they are on the problem's own inputs"
+        scale = max(finite_abs_max(r) for r in references) if references else 0.0
+        ratio = scale / self._main_scale if self._main_scale > 0 else 1.0
+        probe = dataclasses.replace(probe, cutoff=self.cutoff * max(1.0, ratio))
+        if self._suspects:
+            probe_inputs = make_inputs(main.problem, seed, self.device, probe)
+            for suspect in list(self._suspects):
+                if not suspect.matches(references, probe_inputs, probe.cutoff):
+                    self._suspects.remove(suspect)
+                    self._note(f"on the problem's own inputs {suspect.name} matches output {suspect.output} "
+                               f"within the cutoff; the probe ({probe.describe()}) tells it from the answer")
+        return probe
+
+    def _settle_suspects(self) -> None:
+        """Refuse the cutoff if a trivial output passes on the problem's own inputs and on
+        every probe too (or there are no probes)."""
+        if self._suspects:
+            extra = "; the probe inputs do not tell it from the answer either" if self.probes else ""
+            raise CutoffError(self._suspects[0].message + extra)
+
+    def _note(self, text: str) -> None:
+        self.notes.append(text)
+        log.warning("%s: %s", self.reference_path.name, text)
 
     def reference_ms(self) -> float:
         """Median runtime of the reference (eager PyTorch) at the main shapes, timed once."""

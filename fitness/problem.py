@@ -6,7 +6,8 @@ the constant's assignment in the source before any of the module runs, so
 constants derived from it (``bias_shape = (out_features,)``) follow.
 
 Optional module-level names kevo reads: ``MAX_ABS_DIFF`` (the problem's
-cutoff) and ``HELD_OUT_SHAPES`` (a list of override dicts).
+cutoff), ``HELD_OUT_SHAPES`` (a list of override dicts) and ``INPUT_DOMAIN``
+(what the inputs mean, for the probes: ``fitness.probes``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import threading
 import types
 from pathlib import Path
 from typing import Any
+
+from fitness.probes import domains_for, transform
 
 # Constants below this are left alone when kevo derives a held-out shape on
 # its own: they are usually structural (``dim = 1``, ``kernel_size = 3``).
@@ -218,12 +221,14 @@ def draw_held_out(value: int, rng: random.Random, grow: bool = False) -> int:
 _GLOBAL_RNG = threading.RLock()
 
 
-def make_inputs(problem: Problem, seed: int, device: str) -> list[Any]:
+def make_inputs(problem: Problem, seed: int, device: str, probe: Any = None) -> list[Any]:
     """The problem's inputs drawn from ``seed``, created on ``device``.
 
     Drawn on the device itself (the default device is set while
     ``get_inputs`` runs) so large inputs cost no CPU time or copy; the same
-    seed gives the same inputs in every process.
+    seed gives the same inputs in every process. With ``probe`` (a
+    ``fitness.probes.Probe``), the floating-point inputs are then transformed
+    by it, within the problem's ``INPUT_DOMAIN``.
     """
     import torch
 
@@ -236,21 +241,37 @@ def make_inputs(problem: Problem, seed: int, device: str) -> list[Any]:
     if problem.dtype is not None:
         dtype = getattr(torch, problem.dtype)
         inputs = [x.to(dtype) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+    if probe is not None:
+        transform(inputs, probe, seed, input_domains(problem, len(inputs)))
     return inputs
 
 
-def build_model(cls: type, problem: Problem, seed: int, device: str):
+def input_domains(problem: Problem, n_inputs: int) -> list[str]:
+    """The domain of each input (``fitness.probes``), from the problem's ``INPUT_DOMAIN``."""
+    try:
+        return domains_for(getattr(problem.module, "INPUT_DOMAIN", None), n_inputs)
+    except ValueError as exc:
+        raise ProblemError(f"problem file {problem.path}: {exc}") from None
+
+
+def build_model(cls: type, problem: Problem, seed: int, device: str, around: Any = None):
     """``cls(*get_init_inputs())`` with the random generators seeded first.
 
     ``Model`` and ``ModelNew`` built this way hold the same weights when they
     create the same parameters in the same order (KernelBench's convention).
+    ``around()`` (a context manager factory, for the worker's guard and trace)
+    encloses what runs the class's own code (construction, ``.to``), not the
+    seeding, which is kevo's and slow under a profile hook.
     """
+    import contextlib
+
     import torch
 
     with _GLOBAL_RNG:
         init_inputs = problem.get_init_inputs()
         torch.manual_seed(seed)
-        with torch.device(device):
-            model = cls(*init_inputs)
-    model = model.to(device)
-    return model.to(getattr(torch, problem.dtype)) if problem.dtype is not None else model
+        with (around() if around is not None else contextlib.nullcontext()):
+            with torch.device(device):
+                model = cls(*init_inputs)
+            model = model.to(device)
+            return model.to(getattr(torch, problem.dtype)) if problem.dtype is not None else model

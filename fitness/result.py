@@ -17,6 +17,8 @@ class Status(str, enum.Enum):
     ACCEPTED = "accepted"
     WRONG = "wrong"  # finite outputs farther than the cutoff, or wrong shape/dtype
     NAN = "nan"  # non-finite output where the reference is finite
+    # right on the problem's own draws, wrong (or non-finite) on probe inputs from a wider domain
+    WRONG_OFF_DISTRIBUTION = "wrong_off_distribution"
     FORBIDDEN = "forbidden"  # static screen, runtime trace or tamper check refused it
     COMPILE_ERROR = "compile_error"  # does not parse, import or compile
     RUNTIME_ERROR = "runtime_error"  # raised while running

@@ -22,6 +22,9 @@ class EvalSettings:
     fixed_seeds: tuple[int, ...] = (101, 102)  # the same inputs for every candidate
     fresh_inputs: int = 1  # secret random input sets per shape, new for every candidate
     init_seed: int = 42  # seeds weights before Model and before ModelNew
+    # Probe inputs from a wider value domain than the problem's draw (fitness.probes), one
+    # call each at the main shapes; False keeps to the problem's own draws.
+    probes: bool = True
     timing: TimingSettings | None = None  # None: the platform's default
     # Timed runs drawn in secret from the whole window whose outputs are checked, besides the
     # last: a kernel that cheats on half of its runs escapes 10 checks once in 1,024 evaluations.

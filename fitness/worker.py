@@ -14,6 +14,7 @@ every step that none was replaced.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import hashlib
 import importlib.util
@@ -29,6 +30,7 @@ import traceback
 from typing import Any
 
 from fitness import wire
+from fitness.probes import Probe
 from fitness.problem import Problem, build_model, load_problem, make_inputs
 from fitness.guard import Guard
 from fitness.instrument import Watch, instrument_launches, instrument_threads, watched_objects
@@ -119,9 +121,13 @@ class Harness:
         # The constructor is traced too: it may create and initialise
         # parameters, not precompute answers with PyTorch.
         self.trace = trace = self.trace_cls(INIT_OPS)
-        try:
+        @contextlib.contextmanager
+        def guarded():
             with trace, self.guard.running():
-                self.model = build_model(self.module.ModelNew, self.problem, init_seed, self.device)
+                yield
+
+        try:
+            self.model = build_model(self.module.ModelNew, self.problem, init_seed, self.device, around=guarded)
         except BaseException as exc:
             if trace.violations:
                 raise Refusal("forbidden", "in __init__: " + forbidden_reason(trace.violations))
@@ -132,8 +138,8 @@ class Harness:
             raise Refusal("forbidden", "in __init__: " + forbidden_reason(trace.violations))
         return {"ok": True}
 
-    def _inputs(self, seed: int) -> list:
-        return make_inputs(self.problem, seed, self.device)
+    def _inputs(self, seed: int, probe: Probe | None = None) -> list:
+        return make_inputs(self.problem, seed, self.device, probe)
 
     def _run(self, args: list, profile: bool = True) -> Any:
         """One traced, guarded forward; returns its outputs after the device is idle."""
@@ -180,9 +186,10 @@ class Harness:
                 return j
         return None
 
-    def call(self, seed: int, poison: list[int]) -> tuple[dict, list]:
-        """Run forward once on the inputs drawn from ``seed``, witnessed before the call."""
-        args = self._inputs(seed)
+    def call(self, seed: int, poison: list[int], probe: Probe | None = None) -> tuple[dict, list]:
+        """Run forward once on the inputs drawn from ``seed`` (transformed by ``probe``, if
+        given), witnessed before the call."""
+        args = self._inputs(seed, probe)
         witnesses = self._witnesses(args)
         self.platform.poison_memory(poison)
         outputs = self._outputs(self._run(args))
@@ -276,7 +283,8 @@ class Harness:
                 reply, tensors = self.load(message["source"], message["problem"], message["shapes"],
                                            message["init_seed"], message.get("dtype")), []
             elif step == "call":
-                reply, tensors = self.call(message["seed"], message["poison"])
+                reply, tensors = self.call(message["seed"], message["poison"],
+                                           Probe.from_message(message.get("probe")))
             elif step == "time":
                 reply, tensors = self.time(message["base_seed"], message["check_seed"], message["checks"],
                                            message["poison"], message["timing"])

@@ -10,11 +10,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEMS = ROOT / "problems"
+#: KernelBench's problem files (read in place, never copied): tests that need them skip without.
+KERNELBENCH = ROOT.parent / "shared" / "kernelbench"
 
 # Small shapes for the CPU interpreter: odd sizes, rows wider than one block.
 SMALL_SHAPES = {
     "elementwise": {"batch_size": 4, "dim": 100},
     "softmax": {"batch_size": 4, "dim": 100},
+    "gelu": {"batch_size": 4, "dim": 100},
     "rmsnorm": {"batch_size": 3, "dim": 300},
     "sum_middle": {"batch_size": 2, "dim1": 37, "dim2": 50},
     "matmul": {"M": 33, "K": 47, "N": 29},
@@ -39,6 +42,17 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def problem_path(problem: str) -> Path:
+    """A suite problem's reference (``softmax``), or a KernelBench file
+    (``kernelbench/level1/19_ReLU``; the test skips when KernelBench is not there)."""
+    if problem.startswith("kernelbench/"):
+        path = KERNELBENCH / (problem.removeprefix("kernelbench/") + ".py")
+        if not path.is_file():
+            pytest.skip(f"KernelBench's problem files are not at {KERNELBENCH}")
+        return path
+    return PROBLEMS / problem / "reference.py"
+
+
 class EvaluatorCache:
     def __init__(self) -> None:
         self._cache: dict = {}
@@ -49,8 +63,7 @@ class EvaluatorCache:
         shapes = SMALL_SHAPES[problem] if shapes is None else shapes
         key = (problem, platform, tuple(sorted(shapes.items())), repr(sorted(kwargs.items())))
         if key not in self._cache:
-            self._cache[key] = Evaluator(PROBLEMS / problem / "reference.py", platform=platform,
-                                         shapes=shapes, **kwargs)
+            self._cache[key] = Evaluator(problem_path(problem), platform=platform, shapes=shapes, **kwargs)
         return self._cache[key]
 
     def close(self) -> None:
