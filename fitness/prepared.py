@@ -248,7 +248,7 @@ class PreparedProblem:
                     break
                 if outcome is None:  # it would change no input (none is floating-point, or none may change)
                     break
-                self._note(f"probe {probe.describe()} dropped: {outcome}")
+                self._note(f"probe ({probe.describe()}) dropped: {outcome}")
                 probe = probe.unsigned()
         return kept
 
@@ -260,7 +260,12 @@ class PreparedProblem:
         main, seed = self.main, self.settings.fixed_seeds[0]
         try:
             inputs = make_inputs(main.problem, seed, self.device, probe)
-            if not any(changes(probe, x, d) for x, d in zip(inputs, input_domains(main.problem, len(inputs)))):
+            domains = input_domains(main.problem, len(inputs))
+            if probe.signs and not any(changes(Probe(signs=True), x, d) for x, d in zip(inputs, domains)):
+                # no input may change sign (INPUT_DOMAIN): the probe is its scale alone
+                unsigned = probe.unsigned()
+                return self._try_probe(unsigned) if unsigned is not None else None
+            if not any(changes(probe, x, d) for x, d in zip(inputs, domains)):
                 return None
             with torch.no_grad():
                 out = main.model(*inputs)

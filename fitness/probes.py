@@ -43,12 +43,9 @@ class Probe:
 
     def describe(self) -> str:
         """The transform in words (never the values it makes): what a verdict's reason names."""
-        parts = []
         if self.signs:
-            parts.append("random signs")
-        if self.factor != 1.0:
-            parts.append(f"scaled by {self.factor:.0f}")
-        return "inputs with " + ", ".join(parts) if parts else "inputs as drawn"
+            return "inputs with random signs" + (f", scaled by {self.factor:.0f}" if self.factor != 1.0 else "")
+        return f"inputs scaled by {self.factor:.0f}" if self.factor != 1.0 else "inputs as drawn"
 
     def unsigned(self) -> "Probe | None":
         """This probe without the sign changes (None when nothing would be left)."""
