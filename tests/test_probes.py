@@ -137,18 +137,15 @@ def test_without_probes_a_fitted_kernel_passes_and_the_store_keeps_the_new_statu
     assert result.status is Status.WRONG_OFF_DISTRIBUTION
     assert "inputs with random signs" in result.reason
     from operators.llm.prompt import describe_result
-    from population_store import Store
+    from population_store import Individual, RunStore, source_hash
 
+    with RunStore.create(tmp_path / "run.sqlite", {"search": {"seed": 0}}) as store:
+        ind = store.add_individual(Individual(None, source, source_hash(source), generation=0, island=0,
+                                              operator="seed", parents=[], params={}))
+        store.set_result(ind, result.to_dict(), result.status.value, None)
+        assert store.status_counts() == {"wrong_off_distribution": 1}
     line = describe_result(result.to_dict())
     assert line.startswith("wrong_off_distribution") and "random signs" in line
-    store = Store(tmp_path / "run.sqlite")
-    try:
-        store.save_config({})
-        ind = store.add_individual(source=source, operator="seed", parents=[], generation=0, island=0)
-        store.record_result(ind, result.to_dict())
-        assert store.status_counts() == {"wrong_off_distribution": 1}
-    finally:
-        store.close()
 
 
 def test_verify_no_probes_and_the_probes_in_its_json():
