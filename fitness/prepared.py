@@ -233,18 +233,23 @@ class PreparedProblem:
     # -- probes -------------------------------------------------------------------------
 
     def _prepare_probes(self) -> list[Probe]:
-        """The probes this problem takes: random signs, and random signs at a large scale
-        drawn in secret. A probe the reference cannot take (it raises, or its outputs are
+        """The probes this problem takes: random signs, random signs at a large scale drawn
+        in secret, and that scale alone. A probe the reference cannot take (it raises, or its outputs are
         not finite where the problem's own inputs gave finite ones) is tried without its
         sign changes, then dropped with a note. Each kept probe's cutoff follows the
         reference's scale there: ``cutoff * max(1, max |ref on probe| / max |ref|)``."""
         factor = float(round(_SECRET.uniform(*FACTOR_RANGE)))
         kept: list[Probe] = []
-        for probe in (Probe(signs=True), Probe(signs=True, factor=factor)):
+        # The scale without sign changes too: a kernel that takes the exact path only when it
+        # sees a negative value would otherwise pass both signed probes with a fitted one.
+        for probe in (Probe(signs=True), Probe(signs=True, factor=factor), Probe(signs=False, factor=factor)):
             while probe is not None:
+                if any((k.signs, k.factor) == (probe.signs, probe.factor) for k in kept):
+                    break  # already kept (a signed probe that fell back to its scale alone)
                 outcome = self._try_probe(probe)
                 if isinstance(outcome, Probe):
-                    kept.append(outcome)
+                    if not any((k.signs, k.factor) == (outcome.signs, outcome.factor) for k in kept):
+                        kept.append(outcome)
                     break
                 if outcome is None:  # it would change no input (none is floating-point, or none may change)
                     break

@@ -111,8 +111,10 @@ def test_a_problem_without_floating_inputs_has_no_probes(tmp_path):
 def test_a_probe_cutoff_follows_the_reference_scale_and_never_loosens_the_own_check():
     evaluator = Evaluator(GELU, platform="cpu", shapes=SMALL_SHAPES["gelu"])
     try:
-        signed, scaled = evaluator.prepared.probes
+        signed, signed_scaled, scaled = evaluator.prepared.probes
+        assert (signed.signs, signed_scaled.signs, scaled.signs) == (True, True, False)
         assert signed.cutoff == evaluator.cutoff  # GELU on (-1, 1) stays below its scale on [0, 1)
+        assert scaled.factor == signed_scaled.factor >= 100
         assert scaled.cutoff > 50 * evaluator.cutoff  # outputs reach about the scale factor
         result = evaluator.evaluate((PROBLEMS / "gelu" / "seed.py").read_text())
         assert result.status is Status.ACCEPTED, result.reason
@@ -154,7 +156,7 @@ def test_verify_no_probes_and_the_probes_in_its_json():
     with_probes = kevo(*args)
     record = json.loads(with_probes.stdout)
     assert with_probes.returncode == 1 and record["status"] == "wrong_off_distribution"
-    assert len(record["probes"]) == 2 and record["notes"] == []
+    assert len(record["probes"]) == 3 and record["notes"] == []
     without = kevo(*args, "--no-probes")
     record = json.loads(without.stdout)
     assert without.returncode == 0 and record["status"] == "accepted" and record["probes"] == []
