@@ -287,10 +287,11 @@ def all_finite(ref: torch.Tensor) -> bool:
 
 def finite_abs_max(ref: torch.Tensor) -> float:
     """The largest |element| of ``ref`` among its finite ones (0.0 when there is none)."""
-    worst, ref = 0.0, _flat(ref)
-    for part in chunks(ref.numel()):
-        r = ref[part].to(torch.float64, copy=True).abs_()  # copy: a float64 reference stays as it is
-        r = r.masked_fill_(~torch.isfinite(r), 0.0)
-        if r.numel():
-            worst = max(worst, float(r.max()))
-    return worst
+    ref = _flat(ref)
+    # the running maximum stays on the device, so the chunks run without waiting (as in compare)
+    worst = torch.zeros((), dtype=torch.float64, device=ref.device)
+    for part in chunks(ref.numel(), _chunk(ref.device)):
+        if part.stop > part.start:
+            r = ref[part].to(torch.float64, copy=True).abs_()  # copy: a float64 reference stays as it is
+            worst = torch.maximum(worst, r.masked_fill_(~torch.isfinite(r), 0.0).max())
+    return float(worst)

@@ -19,6 +19,7 @@ import logging
 import random
 import secrets
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +69,7 @@ class Variant:
         return 2 * self.input_bytes + kept_outputs * sum(self.output_bytes) + self.scratch_bytes
 
 
-def derived_cutoff(references: list) -> tuple[float, str]:
+def derived_cutoff(references: list, scale: float) -> tuple[float, str]:
     """(the cutoff, the rule that gave it) for a problem that names none.
 
     KernelBench's 1e-2, widened to 8 ulps of 1.0 for a low-precision output
@@ -77,10 +78,10 @@ def derived_cutoff(references: list) -> tuple[float, str]:
     outputs sit near 1e-6 is judged at a cutoff that can tell it from zeros,
     and no output is judged looser than KernelBench would judge it at fp32.
     Outputs that are all zero keep 1e-2 (the cutoff check then refuses them).
+    ``scale`` is their largest finite |element| (``output_scale``).
     """
     import torch
 
-    scale = max((finite_abs_max(r) for r in references), default=0.0)
     eps = max((torch.finfo(r.dtype).eps for r in references if r.is_floating_point()), default=0.0)
     base = max(DEFAULT_MAX_ABS_DIFF, 8 * eps)
     if scale <= 0:
@@ -88,6 +89,11 @@ def derived_cutoff(references: list) -> tuple[float, str]:
     cutoff = base * min(1.0, scale)
     return cutoff, (f"{cutoff:.3g} = {base:.3g} x min(1, max |ref| {scale:.3g}) (no cutoff given: derived "
                     f"from the reference's outputs)")
+
+
+def output_scale(references: list) -> float:
+    """The largest finite |element| over all of ``references`` (0.0 for none)."""
+    return max((finite_abs_max(r) for r in references), default=0.0)
 
 
 class PreparedProblem:
@@ -215,12 +221,12 @@ class PreparedProblem:
             if peak is not None:
                 scratch = max(scratch, peak - sum(output_bytes))
             del inputs, out
-            if required and self.cutoff is None:
-                self.cutoff, self.cutoff_rule = derived_cutoff(references)
+            if required and seed == seeds[0]:
+                self._main_scale = output_scale(references)
+                self._main_finite = all(all_finite(r) for r in references)
+                if self.cutoff is None:
+                    self.cutoff, self.cutoff_rule = derived_cutoff(references, self._main_scale)
             if required:
-                if seed == seeds[0]:
-                    self._main_scale = max(finite_abs_max(r) for r in references) if references else 0.0
-                    self._main_finite = all(all_finite(r) for r in references)
                 # on the inputs as drawn: the reference may have changed the ones it was given
                 found = trivial_passes(references, make_inputs(problem, seed, self.device), self.cutoff,
                                        constants if constants is not None else [None] * len(references))
@@ -234,44 +240,57 @@ class PreparedProblem:
 
     def _prepare_probes(self) -> list[Probe]:
         """The probes this problem takes: random signs, random signs at a large scale drawn
-        in secret, and that scale alone. A probe the reference cannot take (it raises, or its outputs are
-        not finite where the problem's own inputs gave finite ones) is tried without its
-        sign changes, then dropped with a note. Each kept probe's cutoff follows the
-        reference's scale there: ``cutoff * max(1, max |ref on probe| / max |ref|)``."""
+        in secret, and that scale alone, each as it acts on these inputs (``_as_acting``).
+        A probe the reference cannot take (it raises, or its outputs are not finite where
+        the problem's own inputs gave finite ones) is tried without its sign changes, then
+        dropped with a note; probes that end up the same are tried once. Each kept probe's
+        cutoff follows the reference's scale there: ``cutoff * max(1, max |ref on probe| /
+        max |ref|)``."""
         factor = float(round(_SECRET.uniform(*FACTOR_RANGE)))
+        acting = self._as_acting()
         kept: list[Probe] = []
+        tried: set[Probe] = set()
         # The scale without sign changes too: a kernel that takes the exact path only when it
         # sees a negative value would otherwise pass both signed probes with a fitted one.
         for probe in (Probe(signs=True), Probe(signs=True, factor=factor), Probe(signs=False, factor=factor)):
-            while probe is not None:
-                if any((k.signs, k.factor) == (probe.signs, probe.factor) for k in kept):
-                    break  # already kept (a signed probe that fell back to its scale alone)
+            probe = acting(probe)
+            while probe is not None and probe not in tried:
+                tried.add(probe)
                 outcome = self._try_probe(probe)
                 if isinstance(outcome, Probe):
-                    if not any((k.signs, k.factor) == (outcome.signs, outcome.factor) for k in kept):
-                        kept.append(outcome)
-                    break
-                if outcome is None:  # it would change no input (none is floating-point, or none may change)
+                    kept.append(outcome)
                     break
                 self._note(f"probe ({probe.describe()}) dropped: {outcome}")
                 probe = probe.unsigned()
         return kept
 
-    def _try_probe(self, probe: Probe) -> Probe | str | None:
-        """``probe`` with its cutoff, or why the reference cannot take it (None: it
-        changes none of the inputs). Suspects it tells from the answer are cleared."""
+    def _as_acting(self) -> Callable[[Probe], Probe | None]:
+        """A function giving a probe as it acts on this problem's inputs: without its sign
+        changes where no input may change sign (``INPUT_DOMAIN``), None where it changes
+        no input at all (none is floating-point, or none may change)."""
+        inputs = make_inputs(self.main.problem, self.settings.fixed_seeds[0], self.device)
+        domains = input_domains(self.main.problem, len(inputs))
+        signed = any(changes(Probe(signs=True), x, d) for x, d in zip(inputs, domains))
+        scaled = any(changes(Probe(signs=False, factor=2.0), x, d) for x, d in zip(inputs, domains))
+        del inputs
+
+        def acting(probe: Probe) -> Probe | None:
+            if probe.signs and not signed:
+                probe = probe.unsigned()
+            if probe is None or (probe.factor != 1.0 and not scaled) or (probe.factor == 1.0 and not probe.signs):
+                return None
+            return probe
+
+        return acting
+
+    def _try_probe(self, probe: Probe) -> Probe | str:
+        """``probe`` with its cutoff, or why the reference cannot take it. Suspects it
+        tells from the answer are cleared."""
         import torch
 
         main, seed = self.main, self.settings.fixed_seeds[0]
         try:
             inputs = make_inputs(main.problem, seed, self.device, probe)
-            domains = input_domains(main.problem, len(inputs))
-            if probe.signs and not any(changes(Probe(signs=True), x, d) for x, d in zip(inputs, domains)):
-                # no input may change sign (INPUT_DOMAIN): the probe is its scale alone
-                unsigned = probe.unsigned()
-                return self._try_probe(unsigned) if unsigned is not None else None
-            if not any(changes(probe, x, d) for x, d in zip(inputs, domains)):
-                return None
             with torch.no_grad():
                 out = main.model(*inputs)
             self.platform.synchronize()
@@ -285,8 +304,7 @@ class PreparedProblem:
         del out
         if self._main_finite and not all(all_finite(r) for r in references):
             return "the reference's outputs are not finite there, though they are on the problem's own inputs"
-        scale = max(finite_abs_max(r) for r in references) if references else 0.0
-        ratio = scale / self._main_scale if self._main_scale > 0 else 1.0
+        ratio = output_scale(references) / self._main_scale if self._main_scale > 0 else 1.0
         probe = dataclasses.replace(probe, cutoff=self.cutoff * max(1.0, ratio))
         if self._suspects:
             probe_inputs = make_inputs(main.problem, seed, self.device, probe)

@@ -5,9 +5,10 @@ nothing else. A kernel right only there (a polynomial fitted to [0, 1), an
 identity for a ReLU, a softmax without its max-subtraction, a missing
 clamp) is not the operator. A probe draws the problem's inputs as usual and
 then transforms its floating-point inputs in place: random signs (an input
-from [0, 1) then covers (-1, 1)), and random signs with a large scale
-factor (large enough that exp of the values overflows float32). Integer,
-index and boolean inputs stay as they are, so indices stay indices.
+from [0, 1) then covers (-1, 1)), random signs with a large scale factor
+(large enough that exp of the values overflows float32), or that scale
+alone. Integer, index and boolean inputs stay as they are, so indices stay
+indices.
 
 A problem file may declare what its inputs mean, so that the probes stay
 inside it: ``INPUT_DOMAIN = "nonnegative"`` (no sign changes; for a log or a

@@ -13,6 +13,7 @@ cutoff), ``HELD_OUT_SHAPES`` (a list of override dicts) and ``INPUT_DOMAIN``
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import random
 import threading
@@ -263,8 +264,6 @@ def build_model(cls: type, problem: Problem, seed: int, device: str, around: Any
     encloses what runs the class's own code (construction, ``.to``), not the
     seeding, which is kevo's and slow under a profile hook.
     """
-    import contextlib
-
     import torch
 
     with _GLOBAL_RNG:
