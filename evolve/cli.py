@@ -232,6 +232,26 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_seed(args: argparse.Namespace) -> int:
+    from evolve.seed import SeedError, compile_seed, describe
+
+    _read(args.problem, "problem file")
+    try:
+        seed = compile_seed(args.problem)
+    except SeedError as exc:
+        raise UsageError(str(exc)) from None
+    if args.output is None:
+        sys.stdout.write(seed.source)
+        print(f"kevo seed: {describe(seed, 'stdout')}", file=sys.stderr)
+        return 0
+    try:
+        Path(args.output).write_text(seed.source, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write {args.output}: {exc.strerror}") from None
+    print(f"kevo seed: {describe(seed, args.output)}", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kevo", description="Evolve faster Triton kernels you can trust.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
@@ -283,6 +303,12 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("-o", "--output", metavar="BEST.py", default=None,
                         help="write it to this file (default: stdout)")
     export.set_defaults(func=cmd_export)
+
+    seed = sub.add_parser("seed", help="write a seed kernel from the Triton that torch.compile generates (GPU)")
+    seed.add_argument("problem", metavar="PROBLEM.py")
+    seed.add_argument("-o", "--output", metavar="SEED.py", default=None,
+                      help="write the candidate file here (default: stdout)")
+    seed.set_defaults(func=cmd_seed)
     return parser
 
 

@@ -53,6 +53,7 @@ class OperatorName(str, enum.Enum):
 
 #: ``llm.model`` when no LLM is configured: parametric operators only.
 OFFLINE = "offline"
+COMPILE_SEEDS = "compile"  # problem.seeds: compile -- the seed comes from torch.compile (evolve.seed)
 
 
 # --- every key and its default ---------------------------------------------------
@@ -61,7 +62,9 @@ OFFLINE = "offline"
 @dataclasses.dataclass(frozen=True)
 class ProblemConfig:
     reference: Path  # required: the KernelBench-format problem file
-    seeds: tuple[Path, ...]  # required: at least one ModelNew file to start from
+    seeds: tuple[Path, ...]  # required: at least one ModelNew file to start from (or: seeds: compile)
+    # seeds: compile in YAML: one seed written from torch.compile's Triton on this machine's GPU (evolve.seed)
+    compile_seed: bool = False
     shapes: dict[str, int] = dataclasses.field(default_factory=dict)  # overrides of module-level ints
     held_out_shapes: list[dict[str, int]] | None = None  # None: derived by fitness
     dtype: str | None = None  # float32 | float16 | bfloat16: cast floating inputs and weights; None: as written
@@ -192,6 +195,9 @@ def config_from_dict(data: Any, origin: str, base_dir: Path | None = None) -> Co
     """A checked ``Config`` from plain data; relative paths are taken from ``base_dir``."""
     if data is None:
         data = {}
+    problem = data.get("problem") if isinstance(data, dict) else None
+    if isinstance(problem, dict) and problem.get("seeds") == COMPILE_SEEDS:
+        data = {**data, "problem": {**problem, "seeds": [], "compile_seed": True}}
     config = _build(Config, data, "", _Context(origin, base_dir))
     given = data.get("operators") if isinstance(data, dict) else None
     if config.llm.online and not (isinstance(given, dict) and "weights" in given):
@@ -295,12 +301,15 @@ def _check_values(config: Config, origin: str) -> None:
 
     require(problem.dtype is None or problem.dtype in DTYPES, "problem.dtype",
             f"{problem.dtype!r} is not one of {', '.join(DTYPES)} (or leave it out: the problem's own dtypes)")
-    require(len(problem.seeds) >= 1 or config.llm.online, "problem.seeds",
-            "name at least one seed kernel, or set llm.model so that an LLM writes the first kernels")
+    require(len(problem.seeds) >= 1 or problem.compile_seed or config.llm.online, "problem.seeds",
+            "name at least one seed kernel, write 'seeds: compile' for one from torch.compile, "
+            "or set llm.model so that an LLM writes the first kernels")
+    require(not (problem.seeds and problem.compile_seed), "problem.compile_seed",
+            "seeds from files and from torch.compile do not mix: name the files, or write 'seeds: compile'")
     for key in ("population_size", "max_evaluations", "tournament_size", "islands", "migration_interval"):
         require(getattr(search, key) >= 1, f"search.{key}", "must be at least 1")
-    require(search.max_evaluations >= len(problem.seeds), "search.max_evaluations",
-            f"must be at least the number of seeds ({len(problem.seeds)})")
+    require(search.max_evaluations >= max(len(problem.seeds), 1), "search.max_evaluations",
+            f"must be at least the number of seeds ({max(len(problem.seeds), 1)})")
     require(0 <= search.elite <= search.population_size, "search.elite", "must be between 0 and population_size")
     require(0 <= search.migrants < search.population_size, "search.migrants",
             "must be at least 0 and below population_size")
@@ -358,7 +367,7 @@ def _check_llm(config: Config, require: typing.Callable[[bool, str, str], None])
     uses_llm = [op.value for op, w in config.operators.weights.items() if op.needs_llm and w > 0]
     require(llm.online or not uses_llm, "operators.weights",
             f"{', '.join(uses_llm)} need{'s' if len(uses_llm) == 1 else ''} an LLM, but llm.model is {OFFLINE}")
-    require(config.problem.seeds or config.search.max_evaluations >= llm.initial_seeds, "llm.initial_seeds",
+    require(config.problem.seeds or config.problem.compile_seed or config.search.max_evaluations >= llm.initial_seeds, "llm.initial_seeds",
             f"must be at most search.max_evaluations ({config.search.max_evaluations}): the first kernels "
             "are evaluated within the budget")
 

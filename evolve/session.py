@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -80,11 +81,11 @@ def start_run(config_path: str | Path, run_dir: str | Path | None = None,
               observer: Observer | None = None, dispatchers: Dispatchers | None = None) -> str:
     """Start the run described by the YAML at ``config_path``; return why it stopped."""
     config = load_config(config_path)
-    seeds = _read_seeds(config)
-    space = search_space(config, seeds)
     run_dir = Path(run_dir) if run_dir is not None else default_run_dir(config_path)
-    if (run_dir / STORE_FILE).exists():  # before the evaluator, which can take a while to prepare
+    if (run_dir / STORE_FILE).exists():  # before the seeds and the evaluator, which can take a while
         raise _taken(run_dir)
+    seeds = _read_seeds(config, run_dir)
+    space = search_space(config, seeds)
     check_llm(config)  # a missing key stops the run before anything is made
     with (dispatchers or make_dispatcher)(config) as (dispatcher, where):
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -107,7 +108,7 @@ def resume_run(run_dir: str | Path, observer: Observer | None = None,
         config = config_from_dict(store.config(), origin=str(run_dir / STORE_FILE))
         setup = store.get_state(SETUP_KEY)
         if setup is None:  # killed between creating the store and writing its setup
-            seeds = _read_seeds(config)
+            seeds = _read_seeds(config, run_dir)
             space = search_space(config, seeds)
             _put_setup(store, seeds, space)
         else:
@@ -137,7 +138,8 @@ def search_space(config: Config, seeds: list[str]) -> dict[str, tuple[int, ...]]
     seeds share a tunable, the first seed's space holds.
     """
     space: dict[str, tuple[int, ...]] = {}
-    for path, source in zip(config.problem.seeds, seeds):
+    labels = config.problem.seeds or ["the seed from torch.compile"] * len(seeds)
+    for path, source in zip(labels, seeds):
         try:
             check_space(source, config.operators.space)
             for name, values in resolve_space(source, config.operators.space).items():
@@ -245,7 +247,36 @@ def make_proposer(config: Config, store: RunStore, where: dict[str, Any]) -> Ite
         yield proposer
 
 
-def _read_seeds(config: Config) -> list[str]:
+class NoSeed(RunError):
+    """``seeds: compile`` gave no seed (no GPU, Inductor's code is not Triton alone, compiling failed)."""
+
+
+COMPILED_SEED_FILE = "seed_from_compile.py"  # the seed torch.compile gave, kept in the run directory
+RECORDING_FILE = "inductor_recording.json"  # what Inductor wrote for it, with its eager and compiled times
+
+
+def _ms(value: float | None) -> str:
+    return "?" if value is None else f"{value:.4g}"
+
+
+def _read_seeds(config: Config, run_dir: Path | None = None) -> list[str]:
+    """The seeds' sources; for ``seeds: compile``, written from torch.compile's Triton now (and,
+    with ``run_dir``, kept there with what Inductor wrote)."""
+    if config.problem.compile_seed:
+        from evolve.seed import SeedError, compile_seed
+
+        problem = config.problem
+        try:
+            seed = compile_seed(problem.reference, shapes=dict(problem.shapes), dtype=problem.dtype)
+        except SeedError as exc:
+            raise NoSeed(f"seeds: compile: {exc}") from None
+        log.info("seed: %d Triton kernel(s) from torch.compile (%s ms; eager %s ms): %s", len(seed.kernels),
+                 _ms(seed.compiled_ms), _ms(seed.eager_ms), ", ".join(seed.kernels))
+        if run_dir is not None:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            (run_dir / COMPILED_SEED_FILE).write_text(seed.source, encoding="utf-8")
+            (run_dir / RECORDING_FILE).write_text(json.dumps(seed.recording), encoding="utf-8")
+        return [seed.source]
     try:
         return [path.read_text(encoding="utf-8") for path in config.problem.seeds]
     except OSError as exc:

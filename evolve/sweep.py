@@ -13,6 +13,7 @@ A sweep file names problems and the settings they share::
                    {dtype: bfloat16, max_abs_diff: 0.05}]   # or a precision with its cutoff
       - folder: KernelBench/level1             # every problem file in it, KernelBench's format
         seeds_folder: my_kernels/level1        # ModelNew files with the same names (or an LLM writes them)
+        seeds: compile                         # for the rest, a seed from torch.compile's Triton (a GPU)
 
 Each problem (and variant) is a run of its own, with its own store, in
 ``SWEEP_DIR/NNN-name/`` next to the config it was started from; the runs go
@@ -41,7 +42,7 @@ from typing import Any
 
 import yaml
 
-from evolve.config import ConfigError, config_from_dict
+from evolve.config import COMPILE_SEEDS, ConfigError, config_from_dict
 from evolve.dispatch import Dispatcher
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,7 @@ log = logging.getLogger(__name__)
 SWEEP_FILE = "sweep.json"  # the resolved entries, written when the sweep starts
 SUMMARY_FILE = "summary.json"
 CONFIG_FILE = "config.yaml"
+SKIPPED_FILE = "skipped.json"  # a run that got no seed from torch.compile, with the reason
 ENTRY_KEYS = {"config", "reference", "seeds", "shapes", "held_out_shapes", "variants", "folder",
               "seeds_folder", "name"}
 TOP_KEYS = {"defaults", "problems"}
@@ -113,7 +115,8 @@ def load_sweep(path: str | Path) -> list[Entry]:
     for i, entry in enumerate(entries):
         entry.name = f"{i:03d}-{entry.name}"
         if not entry.config["problem"].get("seeds") and not _llm_online(entry.config):
-            entry.skip = "no seed kernel, and no LLM to write one (set llm.model, or give seeds_folder)"
+            entry.skip = ("no seed kernel, and no LLM to write one (set llm.model, give seeds_folder, "
+                          "or write 'seeds: compile')")
             continue
         config_from_dict(copy.deepcopy(entry.config), origin=f"{path}: {names[i]}")  # checked now, not mid-sweep
     return entries
@@ -145,8 +148,9 @@ def _expand(item: Any, defaults: dict, base: Path, where: str) -> list[Entry]:
         own = _absolute_problem(own, config_path.parent, where)
         problems = [(item.get("name") or config_path.stem, _merge(defaults, own))]
     elif kinds[0] == "reference":
+        seeds = item.get("seeds") or []
         problem = {"reference": str(_path(item["reference"], base, where, "reference")),
-                   "seeds": [str(_path(s, base, where, "seeds")) for s in item.get("seeds") or []]}
+                   "seeds": seeds if seeds == COMPILE_SEEDS else [str(_path(s, base, where, "seeds")) for s in seeds]}
         for key in ("shapes", "held_out_shapes"):
             if key in item:
                 problem[key] = item[key]
@@ -175,6 +179,9 @@ def _folder(item: dict, base: Path, where: str) -> list[tuple[str, dict]]:
     """KernelBench-format problem files in a folder, with same-named seeds from ``seeds_folder``."""
     folder = _path(item["folder"], base, where, "folder", directory=True)
     seeds = _path(item["seeds_folder"], base, where, "seeds_folder", directory=True) if "seeds_folder" in item else None
+    compile_missing = item.get("seeds") == COMPILE_SEEDS
+    if "seeds" in item and not compile_missing:
+        raise ConfigError(f"{where}: seeds: a folder takes 'seeds: compile' (seed files go in seeds_folder)")
     files = sorted((p for p in folder.glob("*.py") if _defines_model(p)), key=_natural)
     if not files:
         raise ConfigError(f"{where}: folder {folder} holds no problem file (a .py defining class Model)")
@@ -183,6 +190,8 @@ def _folder(item: dict, base: Path, where: str) -> list[tuple[str, dict]]:
         problem: dict[str, Any] = {"reference": str(file), "seeds": []}
         if seeds is not None and (seeds / file.name).is_file():
             problem["seeds"] = [str(seeds / file.name)]
+        elif compile_missing:
+            problem["seeds"] = COMPILE_SEEDS
         if "shapes" in item:
             problem["shapes"] = item["shapes"]
         out.append((file.stem, problem))
@@ -280,7 +289,7 @@ def run_sweep(entries: list[Entry], sweep_dir: Path, start: Starter, resume: Res
             except KeyboardInterrupt:
                 raise
             except Exception as exc:  # recorded, and the sweep goes on with the next problem
-                outcome = _failed(entry, run_dir, exc)
+                outcome = _skipped(entry, run_dir, exc) if _no_seed(exc) else _failed(entry, run_dir, exc)
         outcomes.append(outcome)
         on_outcome(outcome)
     (sweep_dir / SUMMARY_FILE).write_text(json.dumps(summary_dict(outcomes), indent=1), encoding="utf-8")
@@ -297,6 +306,20 @@ def _failed(entry: Entry, run_dir: Path, exc: Exception) -> Outcome:
     outcome = Outcome(entry.name, "failed", reason)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "failed.json").write_text(json.dumps(dataclasses.asdict(outcome)), encoding="utf-8")
+    return outcome
+
+
+def _no_seed(exc: Exception) -> bool:
+    from evolve.session import NoSeed
+
+    return isinstance(exc, NoSeed)
+
+
+def _skipped(entry: Entry, run_dir: Path, exc: Exception) -> Outcome:
+    """A run ``seeds: compile`` gave no seed: skipped, with the reason, and not tried again on resume."""
+    outcome = Outcome(entry.name, "skipped", str(exc))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / SKIPPED_FILE).write_text(json.dumps(dataclasses.asdict(outcome)), encoding="utf-8")
     return outcome
 
 
@@ -347,9 +370,9 @@ def _previous(entry: Entry, run_dir: Path) -> Outcome | None:
     """The outcome of a run that already ended (skipped, stopped, or failed), else None."""
     if entry.skip:
         return Outcome(entry.name, "skipped", entry.skip)
-    failed = run_dir / "failed.json"
-    if failed.is_file():
-        return Outcome(**json.loads(failed.read_text(encoding="utf-8")))
+    for ended in (run_dir / "failed.json", run_dir / SKIPPED_FILE):
+        if ended.is_file():
+            return Outcome(**json.loads(ended.read_text(encoding="utf-8")))
     if not (run_dir / "run.sqlite").is_file():
         return None
     from population_store import RunStore

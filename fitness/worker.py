@@ -62,6 +62,7 @@ class Harness:
         instrument_threads(self)
         self.bounds = self.platform.memory_guard()
         watched = watched_objects(torch, triton_jit, interpreter, self.platform)
+        watched.update(self.platform.worker_setup())
         if self.bounds is not None:
             watched.update(self.bounds.watched())
         self.watch = Watch(watched)

@@ -113,6 +113,12 @@ class Platform(abc.ABC):
         a freed buffer that happened to hold the right answer.
         """
 
+    def worker_setup(self) -> dict[str, tuple[Any, str]]:
+        """Run once in a worker before any candidate: what the platform installs there (the
+        CPU platform gives the interpreter libdevice), as tamper-watch entries
+        (readable name -> (object, attribute))."""
+        return {}
+
     def memory_guard(self) -> Any:
         """Checks on the memory a kernel touches, installed once in a worker, or None.
 

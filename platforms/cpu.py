@@ -74,6 +74,15 @@ class CpuPlatform(Platform):
     def unchanged(self, witness: Any, tensor: Any) -> bool:
         return witness == (tuple(tensor.shape), tensor.dtype, tuple(tensor.stride()), _digest(tensor))
 
+    def worker_setup(self) -> dict[str, tuple[Any, str]]:
+        # Kernels torch.compile writes call libdevice, which the interpreter lacks
+        # (platforms.interpreter_libdevice).
+        from triton.language.extra import libdevice
+
+        from platforms.interpreter_libdevice import install
+
+        return {f"libdevice.{name}": (libdevice, name) for name in install()}
+
     def memory_guard(self) -> Any:
         # The interpreter turns loads and stores into raw host memory accesses:
         # check each against the launch's tensors (platforms.interpreter_bounds).

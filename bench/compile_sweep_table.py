@@ -1,0 +1,99 @@
+"""Per problem of a sweep whose seeds came from torch.compile (``seeds: compile``): the
+seed's time, the best kernel's time, eager PyTorch and torch.compile, and over the
+problems the fraction whose best kernel beats torch.compile and the geometric mean
+of best / torch.compile.
+
+Eager and the seed and best kernels are timed by kevo's evaluator (its median of
+the timed window); torch.compile's time is ``triton.testing.do_bench`` of the
+compiled model, taken when the seed was captured (``inductor_recording.json`` in
+each run directory), at the same shapes, on the same GPU.
+
+    kevo sweep bench/kernelbench_compile_sweep.yaml --run-dir runs/kb-compile     # on a GPU machine
+    python bench/compile_sweep_table.py runs/kb-compile [--json table.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from evolve.session import COMPILED_SEED_FILE, RECORDING_FILE  # noqa: E402
+from population_store import RunStore  # noqa: E402
+
+
+def run_row(run_dir: Path) -> dict:
+    row: dict = {"run": run_dir.name}
+    for ended in ("skipped.json", "failed.json"):
+        if (run_dir / ended).is_file():
+            outcome = json.loads((run_dir / ended).read_text())
+            return {**row, "status": outcome["status"], "reason": outcome["reason"]}
+    recording = run_dir / RECORDING_FILE
+    if recording.is_file():
+        rec = json.loads(recording.read_text())
+        row.update(compiled_ms=rec.get("compiled_ms"), eager_do_bench_ms=rec.get("eager_ms"),
+                   static_dims=rec.get("static_dims"), kernels=len(rec.get("kernels") or {}))
+    store_path = run_dir / "run.sqlite"
+    if not store_path.is_file():
+        return {**row, "status": "not started"}
+    seed_source = (run_dir / COMPILED_SEED_FILE).read_text() if (run_dir / COMPILED_SEED_FILE).is_file() else None
+    with RunStore.open(store_path, readonly=True) as store:
+        everyone = store.individuals()
+        best = store.best(1)
+        counts = store.status_counts()
+    seed = next((i for i in everyone if i.generation == 0 and (seed_source is None or i.source == seed_source)), None)
+    row.update(status="finished" if best else "no accepted kernel", evaluations=len(everyone), statuses=counts)
+    if seed is not None:
+        row["seed_status"] = seed.status
+        row["seed_ms"] = seed.runtime_ms
+        if seed.status != "accepted" and seed.result:
+            row["seed_reason"] = seed.result.get("reason", "")[:200]
+    if best:
+        row["best_ms"] = best[0].runtime_ms
+        row["eager_ms"] = best[0].result.get("reference_ms")
+    if row.get("best_ms") and row.get("compiled_ms"):
+        row["best_vs_compile"] = row["compiled_ms"] / row["best_ms"]
+    if row.get("seed_ms") and row.get("compiled_ms"):
+        row["seed_vs_compile"] = row["compiled_ms"] / row["seed_ms"]
+    return row
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sweep_dir", type=Path)
+    parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
+    args = parser.parse_args()
+    runs = sorted(p for p in args.sweep_dir.iterdir() if p.is_dir())
+    rows = [run_row(p) for p in runs]
+
+    def ms(value: float | None) -> str:
+        return "-" if value is None else f"{value:.4g}"
+
+    print("| run | seed ms | best ms | eager ms | torch.compile ms | best vs compile | seed |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        ratio = f"{r['best_vs_compile']:.2f}x" if r.get("best_vs_compile") else "-"
+        seed = r.get("seed_status") or r["status"]
+        if r.get("seed_reason") or r.get("reason"):
+            seed += f": {(r.get('seed_reason') or r.get('reason'))[:90]}"
+        print(f"| {r['run']} | {ms(r.get('seed_ms'))} | {ms(r.get('best_ms'))} | {ms(r.get('eager_ms'))} | "
+              f"{ms(r.get('compiled_ms'))} | {ratio} | {seed} |")
+    ratios = [r["best_vs_compile"] for r in rows if r.get("best_vs_compile")]
+    if ratios:
+        geomean = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+        faster = sum(1 for x in ratios if x > 1.0)
+        print(f"\n{len(ratios)} of {len(rows)} problems with an accepted kernel and a torch.compile time; "
+              f"best faster than torch.compile on {faster} ({faster / len(ratios):.0%}); "
+              f"geometric mean of torch.compile / best: {geomean:.3f}x")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

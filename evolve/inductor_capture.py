@@ -1,0 +1,196 @@
+"""Capture what torch.compile's Inductor writes for a problem (``kevo seed``'s first half).
+
+On a GPU, ``capture(problem_path)`` compiles the problem's ``Model`` with
+every dimension of every input and parameter symbolic (so the generated code
+takes its sizes as arguments instead of baking them in), runs it once on the
+problem's inputs, and returns a *recording*: a JSON-able dict with
+
+- ``codes``: the wrapper modules Inductor generated (the Triton kernels, their
+  autotuning decorators and the ``call()`` that launches them);
+- ``graph_args``: for each compiled graph, where each argument of its
+  ``call()`` comes from, in order (Dynamo's placeholder sources: an input, a
+  size of one, a parameter);
+- ``kernels``: per Triton kernel, the configs Inductor's autotuner considered
+  and the one it picked;
+- ``outputs``, the versions, and eager/compiled runtimes.
+
+``operators.inductor_seed`` turns a recording into a candidate file; the
+recordings under ``tests/fixtures/inductor/`` were made with this function, so
+the conversion is tested on machines without a GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from fitness.problem import build_model, load_problem, make_inputs
+
+
+def _config_dict(config: Any) -> dict[str, Any]:
+    return {"kwargs": {k: v for k, v in dict(getattr(config, "kwargs", {})).items() if isinstance(v, (int, bool))},
+            "num_warps": int(getattr(config, "num_warps", 4)),
+            "num_stages": int(getattr(config, "num_stages", 1))}
+
+
+@contextlib.contextmanager
+def _autotuners_made() -> Iterator[list[Any]]:
+    """The Triton kernels (Inductor's ``CachingAutotuner``) built inside the block, as they are made."""
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    made: list[Any] = []
+    original = CachingAutotuner.__init__
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        made.append(self)
+
+    CachingAutotuner.__init__ = init
+    try:
+        yield made
+    finally:
+        CachingAutotuner.__init__ = original
+
+
+def _module_kernels(codes: list[str]) -> list[Any]:
+    """The kernel objects the loaded wrapper modules of ``codes`` launch (after autotuning)."""
+    import re
+
+    from torch._inductor.codecache import PyCodeCache
+
+    names = {m for code in codes for m in re.findall(r"^(\w+) = async_compile\.triton\(", code, re.MULTILINE)}
+    modules = PyCodeCache.modules
+    modules = list(modules.values()) if isinstance(modules, dict) else list(modules)
+    found = []
+    for module in modules:
+        for name in names:
+            kernel = getattr(module, name, None)
+            if kernel is not None and hasattr(kernel, "launchers"):
+                found.append(kernel)
+    return found
+
+
+def _kernel_configs(tuners: list[Any]) -> dict[str, dict[str, Any]]:
+    """Per kernel name: the configs its autotuner held and the one it picked (None if unknown)."""
+    kernels = {}
+    for tuner in tuners:
+        fn = getattr(tuner, "fn", None)
+        name = getattr(fn, "__name__", None) or (getattr(tuner, "inductor_meta", None) or {}).get("kernel_name")
+        launchers = list(getattr(tuner, "launchers", None) or [])
+        chosen = _config_dict(launchers[0].config) if launchers and hasattr(launchers[0], "config") else None
+        configs = [_config_dict(c) for c in (getattr(tuner, "configs", None) or [])]
+        if str(name) not in kernels or (chosen and not kernels[str(name)]["chosen"]):
+            kernels[str(name)] = {"configs": configs, "chosen": chosen}
+    return kernels
+
+
+def capture(path: str | Path, device: str = "cuda", mode: str | None = None, time_it: bool = True,
+            shapes: dict[str, int] | None = None, dtype: str | None = None) -> dict[str, Any]:
+    """The recording of Inductor's output for the problem at ``path`` (see the module doc),
+    compiled and run at the problem's own shapes or ``shapes`` (and ``dtype``, if given).
+
+    Every dimension of the inputs, parameters and buffers is first marked dynamic
+    outright; where the model's own code fixes one (``nn.LayerNorm`` passes its
+    ``normalized_shape`` as Python ints), Dynamo refuses, and the capture is made
+    again with the marks as hints, so that such dimensions are constants in the
+    code (``entry["static_dims"]`` is then True: the seed holds at those sizes only).
+
+    ``mode="max-autotune-triton"`` lets Inductor benchmark its Triton templates
+    for matmuls and convolutions instead of calling an extern library. Raises
+    whatever compiling or running raises; the caller words it.
+    """
+    if mode not in (None, "max-autotune-triton"):
+        raise ValueError(f"unknown capture mode {mode!r} (known: max-autotune-triton)")
+    try:
+        with _quiet("torch._guards", "torch._dynamo", "torch.fx.experimental.symbolic_shapes"):
+            return _capture(Path(path), device, mode, time_it, shapes, dtype, strict=True)
+    except Exception as exc:
+        if "ConstraintViolation" not in type(exc).__name__ and "specialized it to be a constant" not in str(exc):
+            raise
+    return _capture(Path(path), device, mode, time_it, shapes, dtype, strict=False)
+
+
+@contextlib.contextmanager
+def _quiet(*names: str) -> Iterator[None]:
+    """Loggers that report the refusal of a first attempt as an error of their own, silenced."""
+    import logging
+
+    loggers = [logging.getLogger(n) for n in names]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
+def _capture(path: Path, device: str, mode: str | None, time_it: bool, shapes: dict[str, int] | None,
+             dtype: str | None, strict: bool) -> dict[str, Any]:
+    import torch
+    import torch.fx.experimental._config as fx_config
+    import triton
+    from torch._inductor import config as inductor_config
+    from torch._inductor.compile_fx import compile_fx
+    from torch._inductor.utils import run_and_get_code
+
+    torch._dynamo.reset()
+    problem = load_problem(path, shapes, dtype)
+    model = build_model(problem.Model, problem, 0, device).eval()
+    inputs = make_inputs(problem, 1, device)
+    mark = torch._dynamo.mark_dynamic if strict else torch._dynamo.maybe_mark_dynamic
+    for value in [*inputs, *model.parameters(), *model.buffers()]:
+        if isinstance(value, torch.Tensor):
+            for dim in range(value.dim()):
+                mark(value, dim)
+    graphs: list[list[str | None]] = []
+
+    def backend(gm: Any, example_inputs: Any) -> Any:
+        # where each argument of the graph comes from, in the order Inductor's call() takes them
+        sources = []
+        for node in gm.graph.find_nodes(op="placeholder"):
+            source = getattr(node.meta.get("grapharg"), "source", None)
+            name = getattr(source, "name", None)
+            sources.append(name() if callable(name) else name)  # a method in older torch, a property in newer
+        compiled = compile_fx(gm, example_inputs)
+        graphs.append(sources)  # only a graph Inductor compiled (Dynamo may retry one with fewer inputs)
+        return compiled
+
+    # compile in this process: kernels built in a compile worker reach us pickled, and
+    # their autotuning (the config picked) would not be seen here
+    patches: dict[str, Any] = {"compile_threads": 1}
+    if mode == "max-autotune-triton":
+        patches = {**patches, "max_autotune": True, "max_autotune_gemm_backends": "TRITON",
+                   "max_autotune_conv_backends": "TRITON"}
+    compiled = torch.compile(model, dynamic=True, backend=backend)
+    entry: dict[str, Any] = {"problem": path.stem, "mode": mode, "shapes": dict(shapes or {}),
+                             "static_dims": not strict, "torch": torch.__version__, "triton": triton.__version__}
+    started = time.perf_counter()
+    with (_autotuners_made() as tuners, torch.no_grad(), inductor_config.patch(patches),
+          torch._dynamo.config.patch(force_parameter_static_shapes=False,
+                                     force_nn_module_property_static_shapes=False),
+          fx_config.patch(use_duck_shape=False)):
+        out, codes = run_and_get_code(compiled, *inputs)
+        if device != "cpu":
+            torch.cuda.synchronize()
+        entry["compile_s"] = round(time.perf_counter() - started, 2)
+        ref = model(*inputs)
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        refs = list(ref) if isinstance(ref, (tuple, list)) else [ref]
+        entry["max_abs_diff"] = max(float((o - r).abs().max()) for o, r in zip(outs, refs))
+        if time_it:
+            entry["eager_ms"] = triton.testing.do_bench(lambda: model(*inputs))
+            entry["compiled_ms"] = triton.testing.do_bench(lambda: compiled(*inputs))
+    entry["codes"] = list(codes)
+    entry["graph_args"] = graphs
+    try:
+        entry["kernels"] = _kernel_configs([*_module_kernels(entry["codes"]), *tuners])
+    except Exception as exc:  # the code is still worth keeping; the conversion says what is missing
+        entry["kernels"], entry["kernels_error"] = {}, f"{type(exc).__name__}: {exc}"
+    entry["outputs"] = [list(o.shape) for o in outs]
+    entry["returns_tuple"] = isinstance(ref, (tuple, list))
+    return entry

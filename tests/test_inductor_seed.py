@@ -1,0 +1,194 @@
+"""Seeds from torch.compile (operators.inductor_seed, evolve.seed, ``kevo seed``), on the CPU.
+
+The conversion runs on what Inductor wrote on an H200 (recorded with
+``tests/fixtures/inductor/record.py``; torch 2.11, Triton 3.6), and the seeds
+it writes are judged by the real evaluator under Triton's interpreter at small
+shapes. Their block sizes are first brought down to 64 where larger (with
+kevo's own parametric rewrite): the interpreter runs a block's reduction
+element by element in Python, and a 2048-wide row of a few elements costs
+minutes, not correctness.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import PROBLEMS, ROOT, SMALL_SHAPES, gpu_available, problem_path
+
+from operators import apply_params, check_space, find_tunables, mutate
+from operators.inductor_seed import ConversionError, NotTritonOnly, seed_source
+from operators.space import read_declared_space
+
+RECORDINGS = Path(__file__).parent / "fixtures" / "inductor" / "recordings.jsonl"
+
+
+def recording(name: str) -> dict:
+    for line in RECORDINGS.read_text(encoding="utf-8").splitlines():
+        entry = json.loads(line)
+        if entry["problem"] == name and not entry.get("mode"):
+            return entry
+    raise KeyError(name)
+
+
+def problem_file(name: str) -> Path:
+    """A suite problem (``softmax/reference``) or a KernelBench one (``19_ReLU``, skipped without it)."""
+    if "/" in name:
+        return PROBLEMS / f"{name}.py"
+    return problem_path(f"kernelbench/level1/{name}")
+
+
+def seed_for(name: str) -> str:
+    return seed_source(recording(name), problem_file(name).read_text(encoding="utf-8"))
+
+
+def interpreter_sized(source: str) -> str:
+    small = {t.name: 64 for t in find_tunables(source) if t.name.endswith("BLOCK") and t.value > 64}
+    return apply_params(source, small)
+
+
+@pytest.mark.parametrize("name", ["softmax", "rmsnorm", "gelu", "sum_middle", "elementwise"])
+def test_a_seed_from_inductor_is_accepted_for_the_suite(name, evaluators):
+    source = seed_for(f"{name}/reference")
+    result = evaluators.get(name).evaluate(interpreter_sized(source))
+    assert result.status.value == "accepted", result.reason
+    assert result.checks >= 5  # held-out shapes, fixed inputs, probes and timed runs all judged
+
+
+# A pointwise, a reduction, a normalisation and a softmax problem of KernelBench's level 1.
+KERNELBENCH_CASES = {
+    "19_ReLU": {"batch_size": 4, "dim": 100},
+    "48_Mean_reduction_over_a_dimension": {"batch_size": 3, "dim1": 20, "dim2": 19},
+    "33_BatchNorm": {"batch_size": 3, "features": 4, "dim1": 8, "dim2": 8},
+    "23_Softmax": {"batch_size": 4, "dim": 100},
+}
+
+
+@pytest.mark.parametrize("name", sorted(KERNELBENCH_CASES))
+def test_a_seed_from_inductor_is_accepted_for_kernelbench(name, evaluators):
+    source = seed_for(name)
+    problem = f"kernelbench/level1/{name}"
+    result = evaluators.get(problem, shapes=KERNELBENCH_CASES[name]).evaluate(interpreter_sized(source))
+    assert result.status.value == "accepted", result.reason
+
+
+def test_the_seed_is_a_plain_readable_candidate_with_its_search_space():
+    source = seed_for("softmax/reference")
+    tree = ast.parse(source)
+    imports = [ast.unparse(n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    assert not any("_inductor" in i for i in imports) and "triton_heuristics" not in source  # standalone
+    kernels = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.decorator_list]
+    assert all(ast.unparse(n.decorator_list[0]) == "triton.jit" for n in kernels)
+    helpers = {n.name for n in kernels if n.name.startswith("helper_")}
+    assert {"helper_max2", "helper_maximum"} <= helpers  # Inductor's helpers, made part of the file
+    assert "its autotuner picked: XBLOCK=1, R0_BLOCK=2048, num_warps=16" in source
+    names = {t.name for t in find_tunables(source)}
+    kernel = "triton_red_fused__softmax_exp_prepare_softmax_online_sub_0"
+    blocks = [f"_inductor_call.{kernel}_R0_BLOCK", f"_inductor_call.{kernel}_XBLOCK"]
+    assert {*blocks, f"{kernel}.num_warps", f"{kernel}.num_stages"} <= names
+    space = read_declared_space(source)
+    assert set(space.declared) <= names  # the declared space names the seed's own tunables
+    assert {256, 2048} <= set(space.declared[blocks[0]])
+    check_space(source, None)
+    child = mutate(source, random.Random(3))
+    assert child is not None and child.source != source  # kevo's parametric operators can vary it
+
+
+def test_a_helper_inductor_calls_by_name_keeps_its_dependencies_first():
+    source = seed_for("softmax/reference")
+    order = [n.name for n in ast.parse(source).body if isinstance(n, ast.FunctionDef)]
+    assert order.index("helper_promote_to_tensor") < order.index("helper_is_floating") \
+        < order.index("helper_maximum") < order.index("helper_max2")
+
+
+def test_python_numbers_dynamo_lifted_are_passed_as_numbers():
+    source = seed_for("rmsnorm/reference")
+    assert ".item()" not in source  # eps is a float in eager; Inductor took it as a 0-d tensor
+    assert "self.eps" in source and "self.weight" in source
+
+
+def test_a_matmul_inductor_hands_to_cublas_gets_no_seed():
+    with pytest.raises(NotTritonOnly, match=r"extern_kernels\.mm"):
+        seed_for("matmul/reference")
+
+
+def test_what_the_conversion_cannot_follow_is_named():
+    entry = recording("softmax/reference")
+    problem = problem_file("softmax/reference").read_text()
+    with pytest.raises(ConversionError, match="2 graphs"):
+        seed_source({**entry, "graph_args": entry["graph_args"] * 2}, problem)
+    with pytest.raises(ConversionError, match="recording holds an error"):
+        seed_source({"problem": "x", "error": "OutOfMemoryError: CUDA out of memory"}, problem)
+    with pytest.raises(ConversionError, match="not an input of forward"):
+        seed_source({**entry, "graph_args": [["L['y'].size()[0]", "L['x'].size()[1]", "L['x']"]]}, problem)
+    aten = entry["codes"][0].replace("buf2 = empty_strided_cuda(", "buf2 = torch.ops.aten.exp.default(")
+    with pytest.raises(NotTritonOnly, match="ATen"):
+        seed_source({**entry, "codes": [aten]}, problem)
+
+
+def test_an_unrecorded_config_falls_back_to_a_valid_default(evaluators):
+    entry = recording("softmax/reference")
+    source = seed_source({**entry, "kernels": {}}, problem_file("softmax/reference").read_text())
+    assert "no config was recorded; kevo's default" in source
+    result = evaluators.get("softmax").evaluate(interpreter_sized(source))
+    assert result.status.value == "accepted", result.reason
+
+
+def kevo(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "evolve.cli", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env={**__import__("os").environ, "CUDA_VISIBLE_DEVICES": ""})
+
+
+def test_kevo_seed_without_a_gpu_says_so_in_one_line_and_exits_2(tmp_path):
+    out = tmp_path / "seed.py"
+    done = kevo("seed", str(PROBLEMS / "softmax" / "reference.py"), "-o", str(out))
+    assert done.returncode == 2
+    assert done.stderr.strip().count("\n") == 0 and "no GPU" in done.stderr and "Traceback" not in done.stderr
+    assert not out.exists()
+    missing = kevo("seed", str(tmp_path / "nope.py"))
+    assert missing.returncode == 2 and "cannot read problem file" in missing.stderr
+
+
+def test_seeds_compile_in_a_config(tmp_path):
+    from evolve.config import ConfigError, config_from_dict
+
+    base = {"problem": {"reference": str(PROBLEMS / "softmax" / "reference.py"), "seeds": "compile"}}
+    config = config_from_dict(base, "test")
+    assert config.problem.compile_seed and config.problem.seeds == ()
+    again = config_from_dict(config.to_dict(), "stored")  # what a run stores reads back the same
+    assert again.problem.compile_seed
+    with pytest.raises(ConfigError, match="do not mix"):
+        config_from_dict({"problem": {**base["problem"], "seeds": [str(PROBLEMS / "softmax" / "seed.py")],
+                                      "compile_seed": True}}, "test")
+
+
+@pytest.mark.skipif(gpu_available(), reason="with a GPU, seeds: compile makes a seed")
+def test_a_sweep_with_seeds_compile_skips_each_problem_with_the_reason_without_a_gpu(tmp_path):
+    import shutil
+
+    from evolve.session import resume_run, start_run
+    from evolve.sweep import load_sweep, run_sweep
+
+    level = tmp_path / "level1"
+    level.mkdir()
+    for number, name in ((1, "softmax"), (2, "gelu")):
+        shutil.copy(PROBLEMS / name / "reference.py", level / f"{number}_{name}.py")
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text(yaml.safe_dump({
+        "defaults": {"platform": "cpu", "cluster": {"actors": 0}, "search": {"max_evaluations": 4}},
+        "problems": [{"folder": str(level), "seeds": "compile", "shapes": SMALL_SHAPES["softmax"]}]}))
+    entries = load_sweep(sweep)
+    assert [e.skip for e in entries] == ["", ""]  # not skipped for want of a seed file
+    outcomes = run_sweep(entries, tmp_path / "out", start_run, resume_run)
+    assert [o.status for o in outcomes] == ["skipped", "skipped"]
+    assert all("no GPU" in o.reason for o in outcomes)
+    again = run_sweep(entries, tmp_path / "out", lambda *a: pytest.fail("started again"),
+                      lambda *a: pytest.fail("resumed"))
+    assert [o.reason for o in again] == [o.reason for o in outcomes]  # a resumed sweep does not retry them
