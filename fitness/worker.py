@@ -46,6 +46,7 @@ class Harness:
     def __init__(self, platform_name: str, index: int) -> None:
         import torch
         import torch._dynamo  # noqa: F401  (on import it rewraps torch.manual_seed: do it before capturing)
+        import triton.language.extra.libdevice  # noqa: F401  (a candidate imports it; its load may not run the import machinery)
         import triton.runtime.interpreter as interpreter
         import triton.runtime.jit as triton_jit
 
