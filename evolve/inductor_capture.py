@@ -113,6 +113,11 @@ def capture(path: str | Path, device: str = "cuda", mode: str | None = None, tim
     return _capture(Path(path), device, mode, time_it, shapes, dtype, strict=False)
 
 
+def _size_oblivious(fx_config: Any) -> dict[str, bool]:
+    """Keep a size of 1 symbolic too (Dynamo otherwise makes it a constant), where torch can."""
+    return {"backed_size_oblivious": True} if hasattr(fx_config, "backed_size_oblivious") else {}
+
+
 @contextlib.contextmanager
 def _quiet(*names: str) -> Iterator[None]:
     """Loggers that report the refusal of a first attempt as an error of their own, silenced."""
@@ -140,7 +145,8 @@ def _capture(path: Path, device: str, mode: str | None, time_it: bool, shapes: d
 
     torch._dynamo.reset()
     problem = load_problem(path, shapes, dtype)
-    model = build_model(problem.Model, problem, 0, device).eval()
+    # as kevo runs it: in the mode it is built in (training, for nn.BatchNorm: batch statistics)
+    model = build_model(problem.Model, problem, 0, device)
     inputs = make_inputs(problem, 1, device)
     mark = torch._dynamo.mark_dynamic if strict else torch._dynamo.maybe_mark_dynamic
     for value in [*inputs, *model.parameters(), *model.buffers()]:
@@ -173,7 +179,7 @@ def _capture(path: Path, device: str, mode: str | None, time_it: bool, shapes: d
     with (_autotuners_made() as tuners, torch.no_grad(), inductor_config.patch(patches),
           torch._dynamo.config.patch(force_parameter_static_shapes=False,
                                      force_nn_module_property_static_shapes=False),
-          fx_config.patch(use_duck_shape=False)):
+          fx_config.patch(use_duck_shape=False, **_size_oblivious(fx_config))):
         out, codes = run_and_get_code(compiled, *inputs)
         if device != "cpu":
             torch.cuda.synchronize()

@@ -30,10 +30,13 @@ from operators.space import read_declared_space
 RECORDINGS = Path(__file__).parent / "fixtures" / "inductor" / "recordings.jsonl"
 
 
-def recording(name: str) -> dict:
-    for line in RECORDINGS.read_text(encoding="utf-8").splitlines():
-        entry = json.loads(line)
-        if entry["problem"] == name and not entry.get("mode"):
+def recordings() -> list[dict]:
+    return [json.loads(line) for line in RECORDINGS.read_text(encoding="utf-8").splitlines()]
+
+
+def recording(name: str, mode: str | None = None) -> dict:
+    for entry in recordings():
+        if entry["problem"] == name and entry.get("mode") == mode:
             return entry
     raise KeyError(name)
 
@@ -66,7 +69,7 @@ def test_a_seed_from_inductor_is_accepted_for_the_suite(name, evaluators):
 KERNELBENCH_CASES = {
     "19_ReLU": {"batch_size": 4, "dim": 100},
     "48_Mean_reduction_over_a_dimension": {"batch_size": 3, "dim1": 20, "dim2": 19},
-    "33_BatchNorm": {"batch_size": 3, "features": 4, "dim1": 8, "dim2": 8},
+    "39_L2Norm_": {"batch_size": 3, "dim": 100},
     "23_Softmax": {"batch_size": 4, "dim": 100},
 }
 
@@ -117,6 +120,23 @@ def test_python_numbers_dynamo_lifted_are_passed_as_numbers():
 def test_a_matmul_inductor_hands_to_cublas_gets_no_seed():
     with pytest.raises(NotTritonOnly, match=r"extern_kernels\.mm"):
         seed_for("matmul/reference")
+    templates = recording("1_Square_matrix_multiplication_", "max-autotune-triton")
+    with pytest.raises(ConversionError, match="templates"):
+        seed_source(templates, "class Model:\n    def forward(self, A, B):\n        return A @ B\n")
+
+
+KERNELBENCH_RECORDED = sorted({e["problem"] for e in recordings() if "/" not in e["problem"] and not e.get("mode")})
+
+
+@pytest.mark.parametrize("name", KERNELBENCH_RECORDED)
+def test_every_recorded_kernelbench_problem_gives_a_seed_that_passes_the_screen(name):
+    from fitness.screen import screen
+
+    source = seed_for(name)
+    verdict = screen(source)
+    assert verdict.ok, verdict.reason
+    check_space(source, None)  # KEVO_SPACE names the seed's own tunables, with legal values
+    assert find_tunables(source)
 
 
 def test_what_the_conversion_cannot_follow_is_named():
