@@ -68,12 +68,12 @@ class _Kernel:
         # functions of its own it calls (a scan's combine function): plain @triton.jit, kept as they are
         self.companions = [f for f in functions if f is not self.function]
         self.kind, self.meta, self.size_hints = _heuristics(self.function, name)
-        if self.kind == "template":
-            raise ConversionError(f"{name}: Inductor's Triton templates (max-autotune matmuls and "
-                                  "convolutions) are not converted into seeds")
         self.grid_type = self.meta.get("grid_type", "Grid1D")
+        self.grid_args: list[str] = []  # a template's grid, passed after its arguments
+        if self.kind == "template":
+            recorded = self._template(recorded)
         args = self.function.args
-        self.params = [a.arg for a in args.args]
+        self.params = [a.arg for a in args.args]  # (a template's blocks appended above)
         self.constexprs = {a.arg for a in args.args if _is_constexpr(a.annotation)}
         defaults = args.args[len(args.args) - len(args.defaults):] if args.defaults else []
         self.defaulted = {a.arg for a in defaults}
@@ -86,6 +86,8 @@ class _Kernel:
         if not self.chosen:
             self.chosen, self.picked = self._default_config(), "no config was recorded; kevo's default for the kind"
         self.configs = self.configs or [self.chosen]
+        if self.kind == "template":
+            self.picked = "the config Inductor's max-autotune benchmark picked"
         missing = [p for p in self.params if p in self.constexprs and p not in self.defaulted
                    and p not in self.chosen["kwargs"]]
         if missing:
@@ -118,6 +120,47 @@ class _Kernel:
             kwargs[block] = min(size, _next_power_of_2(hint))
         total = rblock * max([kwargs[b] for b in spatial] or [1])
         return {"kwargs": kwargs, "num_warps": 8 if total >= 2048 else 4, "num_stages": 1}
+
+    def _template(self, recorded: dict[str, Any] | None) -> dict[str, Any]:
+        """A max-autotune template (a Triton matmul): its block sizes made launch parameters.
+
+        Inductor bakes a template's config into its body (``BLOCK_M : tl.constexpr = 128``)
+        and computes its one-dimensional grid in call(). Where the body is the matmul
+        template (``grid_m = (M + BLOCK_M - 1) // BLOCK_M``, the same for ``N``), the blocks
+        become ``tl.constexpr`` parameters and the grid is computed from them, so they can
+        be tuned; any other template is refused.
+        """
+        if self.grid_type != "FixedGrid" or not self.meta.get("extra_launcher_args"):
+            raise ConversionError(f"{self.name}: a template with grid {self.grid_type!r} is not supported")
+        self.grid_args = list(self.meta["extra_launcher_args"])
+        body = self.function.body
+        blocks: dict[str, int] = {}
+        kept = []
+        for statement in body:
+            if (isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name)
+                    and _is_constexpr(statement.annotation) and statement.target.id.startswith("BLOCK_")
+                    and isinstance(statement.value, ast.Constant) and type(statement.value.value) is int):
+                blocks[statement.target.id] = statement.value.value
+            else:
+                kept.append(statement)
+        text = ast.unparse(self.function)
+        sizes = {}
+        for axis in ("M", "N"):
+            found = re.search(rf"^\s*{axis} = (\w+)$", text, re.MULTILINE)
+            if found is None or f"grid_{axis.lower()} = ({axis} + BLOCK_{axis} - 1) // BLOCK_{axis}" not in text:
+                raise ConversionError(f"{self.name}: a Triton template other than Inductor's matmul")
+            sizes[axis] = found.group(1)
+        if "tl.program_id(1)" in text or "tl.program_id(2)" in text or not {"BLOCK_M", "BLOCK_N"} <= set(blocks):
+            raise ConversionError(f"{self.name}: a Triton template other than Inductor's matmul")
+        self.template_sizes = sizes  # the parameters holding M and N
+        self.function.body = kept
+        for name in blocks:
+            self.function.args.args.append(ast.arg(name, ast.parse("tl.constexpr", mode="eval").body))
+        options = {k.arg: ast.literal_eval(k.value) for d in self.function.decorator_list if isinstance(d, ast.Call)
+                   for k in d.keywords if k.arg in ("num_warps", "num_stages")}
+        chosen = {"kwargs": blocks, "num_warps": int(options.get("num_warps", 4)),
+                  "num_stages": int(options.get("num_stages", 1))}
+        return {"chosen": chosen, "configs": [chosen]}
 
     def runtime_params(self) -> list[str]:
         """The parameters ``.run(...)`` passes positionally (not set by the config)."""
@@ -263,6 +306,8 @@ class _CallRewriter(ast.NodeTransformer):
 
     def _launch(self, kernel: _Kernel, call: ast.Call) -> list[ast.stmt]:
         runtime = kernel.runtime_params()
+        if kernel.grid_args:  # a template: its grid (recomputed below, from its blocks) follows its arguments
+            call.args = call.args[:len(call.args) - len(kernel.grid_args)]
         if len(call.args) != len(runtime):
             raise ConversionError(f"{kernel.name}.run passes {len(call.args)} arguments; the kernel takes "
                                   f"{len(runtime)} at run time ({', '.join(runtime)})")
@@ -274,7 +319,7 @@ class _CallRewriter(ast.NodeTransformer):
         keywords = []
         blocks = {}
         for option, value in kernel.chosen["kwargs"].items():
-            if option in kernel.constexprs and isinstance(value, int) and option.endswith("BLOCK"):
+            if option in kernel.constexprs and isinstance(value, int) and "BLOCK" in option:
                 local = f"{kernel.name}_{option}"
                 statements.append(f"{local} = {value}")
                 keywords.append(f"{option}={local}")
@@ -283,7 +328,12 @@ class _CallRewriter(ast.NodeTransformer):
                 keywords.append(f"{option}={value!r}")
         keywords.append(f"num_warps={kernel.chosen['num_warps']}")
         keywords.append(f"num_stages={kernel.chosen['num_stages']}")
-        grid = _grid(kernel, bound, blocks)
+        if kernel.grid_args:
+            sizes = kernel.template_sizes
+            grid = (f"(triton.cdiv({bound[sizes['M']]}, {blocks['BLOCK_M']}) * "
+                    f"triton.cdiv({bound[sizes['N']]}, {blocks['BLOCK_N']}),)")
+        else:
+            grid = _grid(kernel, bound, blocks)
         args = ", ".join(ast.unparse(a) for a in call.args)
         statements.append(f"{kernel.name}[{grid}]({args}, {', '.join(keywords)})")
         return [ast.parse(s).body[0] for s in statements]
@@ -494,11 +544,13 @@ def _space(kernels: list[_Kernel]) -> dict[str, list[int]]:
         chosen = kernel.chosen
         persistent = kernel.kind == "persistent_reduction"
         for option, value in chosen["kwargs"].items():
-            if not (option in kernel.constexprs and option.endswith("BLOCK") and isinstance(value, int)):
+            if not (option in kernel.constexprs and "BLOCK" in option and isinstance(value, int)):
                 continue
             seen = {c["kwargs"].get(option) for c in kernel.configs} - {None}
             if persistent and option.startswith("R"):
                 values = {value}
+            elif kernel.kind == "template":  # tl.dot tiles: 16 to 256 along each side
+                values = {v for v in {value, *seen, *(2**e for e in range(4, 9))} if 16 <= v <= 256}
             else:
                 near = {2**e for e in range(21) if value / 8 <= 2**e <= value * 8}
                 values = seen | near | set(default_choices(Kind.BLOCK, value))

@@ -120,9 +120,10 @@ def test_python_numbers_dynamo_lifted_are_passed_as_numbers():
 def test_a_matmul_inductor_hands_to_cublas_gets_no_seed():
     with pytest.raises(NotTritonOnly, match=r"extern_kernels\.mm"):
         seed_for("matmul/reference")
-    templates = recording("1_Square_matrix_multiplication_", "max-autotune-triton")
-    with pytest.raises(ConversionError, match="templates"):
-        seed_source(templates, "class Model:\n    def forward(self, A, B):\n        return A @ B\n")
+    template = recording("1_Square_matrix_multiplication_", "max-autotune-triton")
+    other = template["codes"][0].replace("grid_m = (M + BLOCK_M - 1) // BLOCK_M", "grid_m = M // BLOCK_M")
+    with pytest.raises(ConversionError, match="template other than Inductor's matmul"):
+        seed_source({**template, "codes": [other]}, "class Model:\n    def forward(self, A, B):\n        return A @ B\n")
 
 
 KERNELBENCH_RECORDED = sorted({e["problem"] for e in recordings() if "/" not in e["problem"] and not e.get("mode")})
@@ -212,3 +213,18 @@ def test_a_sweep_with_seeds_compile_skips_each_problem_with_the_reason_without_a
     again = run_sweep(entries, tmp_path / "out", lambda *a: pytest.fail("started again"),
                       lambda *a: pytest.fail("resumed"))
     assert [o.reason for o in again] == [o.reason for o in outcomes]  # a resumed sweep does not retry them
+
+
+def test_a_max_autotune_matmul_template_becomes_a_seed_with_tunable_tiles(evaluators):
+    """Inductor's Triton matmul template (recorded for KernelBench's 1_Square_matrix_multiplication_),
+    its tiles made launch parameters, judged on the suite's matmul (the same forward(A, B))."""
+    template = recording("1_Square_matrix_multiplication_", "max-autotune-triton")
+    source = seed_source(template, (PROBLEMS / "matmul" / "reference.py").read_text())
+    names = {t.name for t in find_tunables(source)}
+    tiles = [f"_inductor_call.triton_tem_fused_mm_0_BLOCK_{axis}" for axis in "MNK"]
+    assert set(tiles) <= names
+    assert all(16 <= v <= 256 for t in tiles for v in read_declared_space(source).declared[t])
+    assert "max-autotune benchmark picked: BLOCK_M=128, BLOCK_N=128, BLOCK_K=32" in source
+    small = apply_params(source, {tiles[0]: 16, tiles[1]: 16, tiles[2]: 16})
+    result = evaluators.get("matmul").evaluate(small)
+    assert result.status.value == "accepted", result.reason
