@@ -22,6 +22,10 @@ file's text, and writes a standalone KernelBench candidate:
   (a persistent reduction's ``R0_BLOCK``, which must cover the whole row,
   stays at the picked value).
 
+A max-autotune matmul template (what Inductor writes for a matmul when told
+not to call cuBLAS) gets its tile sizes, which Inductor bakes into its body,
+made launch parameters, and its grid computed from them.
+
 A problem Inductor does not lower to Triton alone (a cuBLAS matmul through
 ``extern_kernels``, an ATen fallback) raises ``NotTritonOnly``; anything this
 conversion cannot follow raises ``ConversionError``; both name what was seen.
@@ -71,7 +75,7 @@ class _Kernel:
         self.grid_type = self.meta.get("grid_type", "Grid1D")
         self.grid_args: list[str] = []  # a template's grid, passed after its arguments
         if self.kind == "template":
-            recorded = self._template(recorded)
+            recorded = self._template()
         args = self.function.args
         self.params = [a.arg for a in args.args]  # (a template's blocks appended above)
         self.constexprs = {a.arg for a in args.args if _is_constexpr(a.annotation)}
@@ -121,7 +125,7 @@ class _Kernel:
         total = rblock * max([kwargs[b] for b in spatial] or [1])
         return {"kwargs": kwargs, "num_warps": 8 if total >= 2048 else 4, "num_stages": 1}
 
-    def _template(self, recorded: dict[str, Any] | None) -> dict[str, Any]:
+    def _template(self) -> dict[str, Any]:
         """A max-autotune template (a Triton matmul): its block sizes made launch parameters.
 
         Inductor bakes a template's config into its body (``BLOCK_M : tl.constexpr = 128``)
@@ -315,12 +319,14 @@ class _CallRewriter(ast.NodeTransformer):
         call.args = [self.visit(a) for a in call.args]
         bound = dict(zip(runtime, (ast.unparse(a) for a in call.args)))
         self.launched.append(kernel.name)
+        nth = self.launched.count(kernel.name)
+        suffix = "" if nth == 1 else f"_{nth}"  # a kernel launched again gets locals of its own
         statements = []
         keywords = []
         blocks = {}
         for option, value in kernel.chosen["kwargs"].items():
             if option in kernel.constexprs and isinstance(value, int) and "BLOCK" in option:
-                local = f"{kernel.name}_{option}"
+                local = f"{kernel.name}_{option}{suffix}"
                 statements.append(f"{local} = {value}")
                 keywords.append(f"{option}={local}")
                 blocks[option] = local
@@ -538,9 +544,13 @@ def _model_class(problem_source: str, graph_args: list[str | None], returns_tupl
 # --- the seed ----------------------------------------------------------------------------
 
 
-def _space(kernels: list[_Kernel]) -> dict[str, list[int]]:
+def _space(launches: list[_Kernel]) -> dict[str, list[int]]:
+    """KEVO_SPACE for each launch, in order (a kernel's second launch has tunables of its own)."""
     space: dict[str, list[int]] = {}
-    for kernel in kernels:
+    count: dict[str, int] = {}
+    for kernel in launches:
+        count[kernel.name] = nth = count.get(kernel.name, 0) + 1
+        local_suffix, launch = ("", kernel.name) if nth == 1 else (f"_{nth}", f"{kernel.name}@{nth}")
         chosen = kernel.chosen
         persistent = kernel.kind == "persistent_reduction"
         for option, value in chosen["kwargs"].items():
@@ -555,12 +565,11 @@ def _space(kernels: list[_Kernel]) -> dict[str, list[int]]:
                 near = {2**e for e in range(21) if value / 8 <= 2**e <= value * 8}
                 values = seen | near | set(default_choices(Kind.BLOCK, value))
             # the launch takes the block from a local of _inductor_call (so that its grid follows it)
-            space[f"{CALL_FUNCTION}.{kernel.name}_{option}"] = sorted(values)
+            space[f"{CALL_FUNCTION}.{kernel.name}_{option}{local_suffix}"] = sorted(values)
         warps = {c["num_warps"] for c in kernel.configs} | {chosen["num_warps"]}
-        space[f"{kernel.name}.num_warps"] = sorted(warps | set(default_choices(Kind.NUM_WARPS, chosen["num_warps"])))
+        space[f"{launch}.num_warps"] = sorted(warps | set(default_choices(Kind.NUM_WARPS, chosen["num_warps"])))
         stages = {c["num_stages"] for c in kernel.configs} | {chosen["num_stages"]}
-        space[f"{kernel.name}.num_stages"] = sorted(stages | set(default_choices(Kind.NUM_STAGES,
-                                                                                  chosen["num_stages"])))
+        space[f"{launch}.num_stages"] = sorted(stages | set(default_choices(Kind.NUM_STAGES, chosen["num_stages"])))
     return space
 
 
@@ -615,7 +624,7 @@ def seed_source(recording: dict[str, Any], problem_source: str) -> str:
            "at only." if recording.get("static_dims") else ""),
         "import torch\nimport torch.nn as nn\nimport triton\nimport triton.language as tl\n"
         "import triton.language.extra.libdevice as libdevice\n\ntl_math = tl.math",
-        "KEVO_SPACE = " + _format_space(_space(launched)),
+        "KEVO_SPACE = " + _format_space(_space([kernels[name] for name in rewriter.launched])),
     ]
     if helpers:
         parts.append("# Inductor's runtime helpers (torch._inductor.runtime.triton_helpers) the kernels call")

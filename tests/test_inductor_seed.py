@@ -228,3 +228,14 @@ def test_a_max_autotune_matmul_template_becomes_a_seed_with_tunable_tiles(evalua
     small = apply_params(source, {tiles[0]: 16, tiles[1]: 16, tiles[2]: 16})
     result = evaluators.get("matmul").evaluate(small)
     assert result.status.value == "accepted", result.reason
+
+
+def test_a_kernel_launched_twice_gets_tunables_of_its_own_for_each_launch():
+    entry = recording("softmax/reference")
+    code = entry["codes"][0]
+    launch = next(line for line in code.splitlines() if ".run(" in line)
+    twice = code.replace(launch, launch + "\n" + launch)
+    source = seed_source({**entry, "codes": [twice]}, problem_file("softmax/reference").read_text())
+    check_space(source, None)  # every KEVO_SPACE name is one of the seed's tunables
+    kernel = "triton_red_fused__softmax_exp_prepare_softmax_online_sub_0"
+    assert {f"{kernel}@2.num_warps", f"_inductor_call.{kernel}_R0_BLOCK_2"} <= set(read_declared_space(source).declared)
