@@ -63,7 +63,7 @@ def test_one_model_becomes_settings_with_weight_one(tmp_path):
 
 
 def test_a_problem_without_seeds_needs_a_model(tmp_path):
-    with pytest.raises(ConfigError, match="problem.seeds: name at least one seed kernel, or set llm.model"):
+    with pytest.raises(ConfigError, match="problem.seeds: name at least one seed kernel, write .seeds: compile. for one from torch.compile, or set llm.model"):
         load(tmp_path, UNSEEDED)
     config = load(tmp_path, UNSEEDED + "llm:\n  model: openai/gpt-4o\n  initial_seeds: 3\n")
     assert config.problem.seeds == () and config.llm.initial_seeds == 3
