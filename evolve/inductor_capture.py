@@ -56,16 +56,26 @@ def _autotuners_made() -> Iterator[list[Any]]:
 
 
 def _module_kernels(codes: list[str]) -> list[Any]:
-    """The kernel objects the loaded wrapper modules of ``codes`` launch (after autotuning)."""
+    """The kernel objects of the loaded wrapper modules whose source is one of ``codes``
+    (after their first run: autotuned). Other modules of the process are left out, though
+    their kernels may have the same names (``triton_red_fused_linalg_vector_norm_0`` of an
+    earlier problem, whose config is not this one's)."""
     import re
 
     from torch._inductor.codecache import PyCodeCache
 
+    wanted = {code.strip() for code in codes}
     names = {m for code in codes for m in re.findall(r"^(\w+) = async_compile\.triton\(", code, re.MULTILINE)}
     modules = PyCodeCache.modules
     modules = list(modules.values()) if isinstance(modules, dict) else list(modules)
     found = []
     for module in modules:
+        try:
+            source = Path(module.__file__).read_text(encoding="utf-8").strip()
+        except (AttributeError, OSError, TypeError):
+            continue
+        if source not in wanted:
+            continue
         for name in names:
             kernel = getattr(module, name, None)
             if kernel is not None and hasattr(kernel, "launchers"):
@@ -194,7 +204,7 @@ def _capture(path: Path, device: str, mode: str | None, time_it: bool, shapes: d
     entry["codes"] = list(codes)
     entry["graph_args"] = graphs
     try:
-        entry["kernels"] = _kernel_configs([*_module_kernels(entry["codes"]), *tuners])
+        entry["kernels"] = _kernel_configs([*tuners, *_module_kernels(entry["codes"])])
     except Exception as exc:  # the code is still worth keeping; the conversion says what is missing
         entry["kernels"], entry["kernels_error"] = {}, f"{type(exc).__name__}: {exc}"
     entry["outputs"] = [list(o.shape) for o in outs]

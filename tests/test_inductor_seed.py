@@ -239,3 +239,30 @@ def test_a_kernel_launched_twice_gets_tunables_of_its_own_for_each_launch():
     check_space(source, None)  # every KEVO_SPACE name is one of the seed's tunables
     kernel = "triton_red_fused__softmax_exp_prepare_softmax_online_sub_0"
     assert {f"{kernel}@2.num_warps", f"_inductor_call.{kernel}_R0_BLOCK_2"} <= set(read_declared_space(source).declared)
+
+
+def test_the_capture_reads_configs_from_this_problems_module_only(tmp_path, monkeypatch):
+    """Kernel names repeat across problems (two norms both have triton_red_fused_linalg_vector_norm_0):
+    a module loaded for an earlier problem must not lend its kernel's config."""
+    import types
+
+    from torch._inductor.codecache import PyCodeCache
+
+    from evolve import inductor_capture
+
+    def module(code: str, block: int) -> types.ModuleType:
+        path = tmp_path / f"m{block}.py"
+        path.write_text(code)
+        config = types.SimpleNamespace(kwargs={"XBLOCK": block}, num_warps=4, num_stages=1)
+        kernel = types.SimpleNamespace(launchers=[types.SimpleNamespace(config=config)], configs=[config],
+                                       fn=types.SimpleNamespace(__name__="triton_poi_fused_relu_0"))
+        found = types.ModuleType(f"m{block}")
+        found.__file__ = str(path)
+        found.triton_poi_fused_relu_0 = kernel
+        return found
+
+    ours = "triton_poi_fused_relu_0 = async_compile.triton('triton_poi_fused_relu_0', '''...''')\n# ours\n"
+    theirs = ours.replace("# ours", "# an earlier problem's")
+    monkeypatch.setattr(PyCodeCache, "modules", [module(theirs, 64), module(ours, 1024)])
+    kernels = inductor_capture._kernel_configs(inductor_capture._module_kernels([ours]))
+    assert kernels["triton_poi_fused_relu_0"]["chosen"]["kwargs"] == {"XBLOCK": 1024}
