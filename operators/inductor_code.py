@@ -1,0 +1,437 @@
+"""Reading what Inductor wrote: its Triton kernels, its call(), the runtime helpers they use.
+
+The first half of ``operators.inductor_seed``: ``_Kernel`` reads one kernel of a
+recording (its function, heuristics kind, grid type and the config to launch it
+with; a max-autotune matmul template gets its tiles made launch parameters),
+``_CallRewriter`` turns Inductor's ``call()`` into plain PyTorch allocations
+and ``kernel[grid](...)`` launches, and ``_helper_code`` copies the
+``triton_helpers`` functions the kernels call out of the installed torch.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import inspect
+import re
+from typing import Any
+
+#: The seed's function that does what Inductor's call() did.
+CALL_FUNCTION = "_inductor_call"
+#: Prefix of the Inductor runtime helpers copied into a seed.
+HELPER_PREFIX = "helper_"
+
+
+class ConversionError(ValueError):
+    """The recording holds something this conversion cannot turn into a seed."""
+
+
+class NotTritonOnly(ConversionError):
+    """Inductor's code for the problem calls something other than Triton kernels."""
+
+
+# --- the recorded module ------------------------------------------------------------------
+
+
+class _Kernel:
+    """One Triton kernel of the recording: its function, heuristics kind, grid type, config."""
+
+    def __init__(self, name: str, source: str, recorded: dict[str, Any] | None) -> None:
+        self.name = name
+        tree = ast.parse(source)
+        functions = [n for n in tree.body if isinstance(n, ast.FunctionDef)]
+        mains = [f for f in functions if f.name == name] or [f for f in functions if _has_heuristics(f)]
+        if len(mains) != 1:
+            raise ConversionError(f"kernel {name}: cannot tell its function among {[f.name for f in functions]}")
+        self.function = mains[0]
+        # functions of its own it calls (a scan's combine function): plain @triton.jit, kept as they are
+        self.companions = [f for f in functions if f is not self.function]
+        self.kind, self.meta, self.size_hints = _heuristics(self.function, name)
+        self.grid_type = self.meta.get("grid_type", "Grid1D")
+        self.grid_args: list[str] = []  # a template's grid, passed after its arguments
+        if self.kind == "template":
+            recorded = self._template()
+        args = self.function.args
+        self.params = [a.arg for a in args.args]  # (a template's blocks appended above)
+        self.constexprs = {a.arg for a in args.args if _is_constexpr(a.annotation)}
+        defaults = args.args[len(args.args) - len(args.defaults):] if args.defaults else []
+        self.defaulted = {a.arg for a in defaults}
+        recorded = recorded or {}
+        self.configs = [c for c in recorded.get("configs") or [] if isinstance(c, dict)]
+        self.picked = "its autotuner picked"
+        self.chosen = recorded.get("chosen")
+        if not self.chosen and self.configs:
+            self.chosen, self.picked = self.configs[0], "its autotuner's pick was not recorded; Inductor's first config"
+        if not self.chosen:
+            self.chosen, self.picked = self._default_config(), "no config was recorded; kevo's default for the kind"
+        self.configs = self.configs or [self.chosen]
+        if self.kind == "template":
+            self.picked = "the config Inductor's max-autotune benchmark picked"
+        missing = [p for p in self.params if p in self.constexprs and p not in self.defaulted
+                   and p not in self.chosen["kwargs"]]
+        if missing:
+            raise ConversionError(f"kernel {name}: no value for its constexpr parameter(s) {', '.join(missing)}")
+        self.function.decorator_list = [ast.parse("triton.jit", mode="eval").body]
+
+    def _default_config(self) -> dict[str, Any]:
+        """Block sizes for a kernel whose autotuning was not recorded: valid for any size."""
+        blocks = [p for p in self.params if p in self.constexprs and p not in self.defaulted and p.endswith("BLOCK")]
+        hints = self.size_hints
+        kwargs: dict[str, int] = {}
+        reduction = [b for b in blocks if b.startswith("R")]
+        if self.kind == "persistent_reduction" and reduction:
+            raise ConversionError(f"kernel {self.name}: a persistent reduction's block must cover its rows, "
+                                  "and no config was recorded")
+        rblock = 1
+        for block in reduction:
+            hint = hints.get(block[:-5].lower() + "_", hints.get("r0_", 1024))
+            rblock = min(2048, _next_power_of_2(hint))
+            kwargs[block] = rblock
+        spatial = [b for b in blocks if b not in reduction]
+        for block in spatial:
+            hint = hints.get(block[0].lower(), 1024)
+            if reduction:
+                size = max(1, min(64, 2048 // rblock))
+            elif len(spatial) > 1:
+                size = 32
+            else:
+                size = 1024
+            kwargs[block] = min(size, _next_power_of_2(hint))
+        total = rblock * max([kwargs[b] for b in spatial] or [1])
+        return {"kwargs": kwargs, "num_warps": 8 if total >= 2048 else 4, "num_stages": 1}
+
+    def _template(self) -> dict[str, Any]:
+        """A max-autotune template (a Triton matmul): its block sizes made launch parameters.
+
+        Inductor bakes a template's config into its body (``BLOCK_M : tl.constexpr = 128``)
+        and computes its one-dimensional grid in call(). Where the body is the matmul
+        template (``grid_m = (M + BLOCK_M - 1) // BLOCK_M``, the same for ``N``), the blocks
+        become ``tl.constexpr`` parameters and the grid is computed from them, so they can
+        be tuned; any other template is refused.
+        """
+        if self.grid_type != "FixedGrid" or not self.meta.get("extra_launcher_args"):
+            raise ConversionError(f"{self.name}: a template with grid {self.grid_type!r} is not supported")
+        self.grid_args = list(self.meta["extra_launcher_args"])
+        body = self.function.body
+        blocks: dict[str, int] = {}
+        kept = []
+        for statement in body:
+            if (isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name)
+                    and _is_constexpr(statement.annotation) and statement.target.id.startswith("BLOCK_")
+                    and isinstance(statement.value, ast.Constant) and type(statement.value.value) is int):
+                blocks[statement.target.id] = statement.value.value
+            else:
+                kept.append(statement)
+        text = ast.unparse(self.function)
+        sizes = {}
+        for axis in ("M", "N"):
+            found = re.search(rf"^\s*{axis} = (\w+)$", text, re.MULTILINE)
+            if found is None or f"grid_{axis.lower()} = ({axis} + BLOCK_{axis} - 1) // BLOCK_{axis}" not in text:
+                raise ConversionError(f"{self.name}: a Triton template other than Inductor's matmul")
+            sizes[axis] = found.group(1)
+        if "tl.program_id(1)" in text or "tl.program_id(2)" in text or not {"BLOCK_M", "BLOCK_N"} <= set(blocks):
+            raise ConversionError(f"{self.name}: a Triton template other than Inductor's matmul")
+        self.template_sizes = sizes  # the parameters holding M and N
+        self.function.body = kept
+        for name in blocks:
+            self.function.args.args.append(ast.arg(name, ast.parse("tl.constexpr", mode="eval").body))
+        options = {k.arg: ast.literal_eval(k.value) for d in self.function.decorator_list if isinstance(d, ast.Call)
+                   for k in d.keywords if k.arg in ("num_warps", "num_stages")}
+        chosen = {"kwargs": blocks, "num_warps": int(options.get("num_warps", 4)),
+                  "num_stages": int(options.get("num_stages", 1))}
+        return {"chosen": chosen, "configs": [chosen]}
+
+    def runtime_params(self) -> list[str]:
+        """The parameters ``.run(...)`` passes positionally (not set by the config)."""
+        return [p for p in self.params if p not in self.chosen["kwargs"] and p not in self.defaulted]
+
+
+def _is_constexpr(annotation: ast.expr | None) -> bool:
+    return annotation is not None and ast.unparse(annotation).endswith("constexpr")
+
+
+def _next_power_of_2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def _has_heuristics(function: ast.FunctionDef) -> bool:
+    return any(isinstance(d, ast.Call) and ast.unparse(d.func).startswith("triton_heuristics.")
+               for d in function.decorator_list)
+
+
+def _heuristics(function: ast.FunctionDef, name: str) -> tuple[str, dict[str, Any], dict[str, int]]:
+    """(the ``triton_heuristics`` decorator's name, its literal ``inductor_meta``, its ``size_hints``)."""
+    for decorator in function.decorator_list:
+        if isinstance(decorator, ast.Call):
+            dotted = ast.unparse(decorator.func)
+            if dotted.startswith("triton_heuristics."):
+                meta: dict[str, Any] = {}
+                hints: dict[str, int] = {}
+                for keyword in decorator.keywords:
+                    if keyword.arg == "inductor_meta":
+                        meta = _literal_items(keyword.value)
+                    elif keyword.arg == "size_hints":
+                        hints = {k: v for k, v in _literal_items(keyword.value).items() if isinstance(v, int)}
+                return dotted.split(".", 1)[1], meta, hints
+    raise ConversionError(f"kernel {name}: no triton_heuristics decorator in its source")
+
+
+def _literal_items(node: ast.expr) -> dict[str, Any]:
+    """The literal entries of a dict display whose other entries are not literals."""
+    items: dict[str, Any] = {}
+    if isinstance(node, ast.Dict):
+        for key, value in zip(node.keys, node.values):
+            try:
+                items[ast.literal_eval(key)] = ast.literal_eval(value)
+            except (ValueError, TypeError):
+                continue
+    return items
+
+
+def _kernel_sources(module: ast.Module) -> dict[str, str]:
+    """``name -> source`` of each ``name = async_compile.triton('name', '''...''')``."""
+    found = {}
+    for node in module.body:
+        if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)):
+            continue
+        func = ast.unparse(node.value.func)
+        target = node.targets[0]
+        if not isinstance(target, ast.Name):
+            continue
+        if func == "async_compile.triton":
+            source = node.value.args[1]
+            if not (isinstance(source, ast.Constant) and isinstance(source.value, str)):
+                raise ConversionError(f"kernel {target.id}: its source is not a string literal")
+            found[target.id] = source.value
+        elif func.startswith("async_compile.") and func != "async_compile.wait":
+            raise NotTritonOnly(f"Inductor compiles {target.id} with {func} (not Triton)")
+    return found
+
+
+def _call_function(module: ast.Module) -> ast.FunctionDef:
+    for node in module.body:
+        if isinstance(node, ast.FunctionDef) and node.name == "call":
+            return node
+        if isinstance(node, ast.ClassDef):
+            for inner in node.body:
+                if isinstance(inner, ast.FunctionDef) and inner.name == "call":
+                    return inner
+    raise ConversionError("the recorded module has no call()")
+
+
+# --- call() ------------------------------------------------------------------------------
+
+#: Calls in call() that only check or place things, dropped from the seed.
+_DROPPED_CALLS = {"assert_size_stride", "assert_alignment", "torch.cuda.set_device", "get_raw_stream",
+                  "torch._C._cuda_setDevice", "async_compile.wait"}
+_ALLOCATORS = {"empty_strided_cuda", "empty_strided_xpu", "empty_strided_cpu", "empty_strided"}
+
+
+class _CallRewriter(ast.NodeTransformer):
+    """Rewrites call()'s body into plain PyTorch plus ``kernel[grid](...)`` launches."""
+
+    def __init__(self, kernels: dict[str, _Kernel], scalars: set[str] = frozenset()) -> None:
+        self.kernels = kernels
+        self.scalars = scalars  # call()'s arguments that are Python numbers in eager (Dynamo made them 0-d tensors)
+        self.launched: list[str] = []
+
+    def rewrite(self, body: list[ast.stmt]) -> list[ast.stmt]:
+        out: list[ast.stmt] = []
+        for statement in body:
+            out.extend(self._statement(statement))
+        return out
+
+    def _statement(self, node: ast.stmt) -> list[ast.stmt]:
+        if isinstance(node, ast.With):  # torch.cuda._DeviceGuard(0): the seed runs on its inputs' device
+            return self.rewrite(node.body)
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            name = ast.unparse(node.value.func)
+            if name in _DROPPED_CALLS:
+                return []
+            if name.endswith(".run") and name[:-4] in self.kernels:
+                return self._launch(self.kernels[name[:-4]], node.value)
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            if ast.unparse(node.value.func) in _DROPPED_CALLS:
+                return []
+        self._check_calls(node)
+        return [self.visit(node)]
+
+    def _check_calls(self, node: ast.AST) -> None:
+        for call in ast.walk(node):
+            if not isinstance(call, ast.Call):
+                continue
+            name = ast.unparse(call.func)
+            if name.startswith("extern_kernels."):
+                raise NotTritonOnly(f"Inductor calls {name} (an extern library, not Triton) for this problem")
+            if name.startswith(("torch.ops.", "aten.")) or ".default" in name:
+                raise NotTritonOnly(f"Inductor falls back to {name} (ATen, not Triton) for this problem")
+            if name.endswith(".run") and name[:-4] not in self.kernels:
+                raise ConversionError(f"call() runs {name[:-4]}, which is not among the recorded kernels")
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        name = ast.unparse(node.func)
+        if (isinstance(node.func, ast.Attribute) and node.func.attr == "item" and not node.args
+                and isinstance(node.func.value, ast.Name) and node.func.value.id in self.scalars):
+            return node.func.value  # the number itself: ModelNew passes it as it is
+        if name in _ALLOCATORS:
+            size, stride, dtype = node.args[:3]
+            return ast.Call(ast.parse("torch.empty_strided", mode="eval").body, [size, stride],
+                            [ast.keyword("dtype", dtype), ast.keyword("device", ast.Name("device"))])
+        if name == "reinterpret_tensor":
+            tensor, *rest = node.args
+            return ast.Call(ast.Attribute(tensor, "as_strided"), rest, [])
+        return node
+
+    def _launch(self, kernel: _Kernel, call: ast.Call) -> list[ast.stmt]:
+        runtime = kernel.runtime_params()
+        if kernel.grid_args:  # a template: its grid (recomputed below, from its blocks) follows its arguments
+            call.args = call.args[:len(call.args) - len(kernel.grid_args)]
+        if len(call.args) != len(runtime):
+            raise ConversionError(f"{kernel.name}.run passes {len(call.args)} arguments; the kernel takes "
+                                  f"{len(runtime)} at run time ({', '.join(runtime)})")
+        self._check_calls(ast.Module([ast.Expr(a) for a in call.args], []))
+        call.args = [self.visit(a) for a in call.args]
+        bound = dict(zip(runtime, (ast.unparse(a) for a in call.args)))
+        self.launched.append(kernel.name)
+        nth = self.launched.count(kernel.name)
+        suffix = "" if nth == 1 else f"_{nth}"  # a kernel launched again gets locals of its own
+        statements = []
+        keywords = []
+        blocks = {}
+        for option, value in kernel.chosen["kwargs"].items():
+            if option in kernel.constexprs and isinstance(value, int) and "BLOCK" in option:
+                local = f"{kernel.name}_{option}{suffix}"
+                statements.append(f"{local} = {value}")
+                keywords.append(f"{option}={local}")
+                blocks[option] = local
+            else:
+                keywords.append(f"{option}={value!r}")
+        keywords.append(f"num_warps={kernel.chosen['num_warps']}")
+        keywords.append(f"num_stages={kernel.chosen['num_stages']}")
+        if kernel.grid_args:
+            sizes = kernel.template_sizes
+            grid = (f"(triton.cdiv({bound[sizes['M']]}, {blocks['BLOCK_M']}) * "
+                    f"triton.cdiv({bound[sizes['N']]}, {blocks['BLOCK_N']}),)")
+        else:
+            grid = _grid(kernel, bound, blocks)
+        args = ", ".join(ast.unparse(a) for a in call.args)
+        statements.append(f"{kernel.name}[{grid}]({args}, {', '.join(keywords)})")
+        return [ast.parse(s).body[0] for s in statements]
+
+
+def _grid(kernel: _Kernel, bound: dict[str, str], blocks: dict[str, str]) -> str:
+    """The launch grid Inductor's ``grid_type`` computes, over the kernel's numel arguments."""
+
+    def extent(axis: str) -> str:
+        numel = bound.get(f"{axis}numel")
+        if numel is None:
+            if f"{axis}numel" in kernel.params:
+                raise ConversionError(f"{kernel.name}: {axis}numel is not a run-time argument")
+            return "1"
+        block = blocks.get(f"{axis.upper()}BLOCK")
+        if block is None:
+            if f"{axis.upper()}BLOCK" in kernel.params:
+                raise ConversionError(f"{kernel.name}: {axis.upper()}BLOCK is neither in its config nor fixed")
+            return numel  # no block along this axis: one program per element
+        return f"triton.cdiv({numel}, {block})"
+
+    if kernel.grid_type == "Grid1D":
+        return f"({extent('x')},)"
+    if kernel.grid_type == "Grid2D":
+        return f"({extent('x')}, {extent('y')})"
+    if kernel.grid_type == "Grid2DWithYZOverflow":  # y beyond the grid's limit spills into z
+        y = extent("y")
+        return f"({extent('x')}, min({y}, 65535), triton.cdiv({y}, 65535))"
+    if kernel.grid_type == "Grid3D":
+        return f"({extent('x')}, {extent('y')}, {extent('z')})"
+    raise ConversionError(f"{kernel.name}: grid type {kernel.grid_type!r} is not supported")
+
+
+# --- the helpers -------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=1)
+def _helper_module() -> tuple[dict[str, ast.AST], dict[str, ast.stmt]]:
+    """(jit functions by name, module-level constant assignments by name) of the installed
+    torch's ``torch._inductor.runtime.triton_helpers``."""
+    from torch._inductor.runtime import triton_helpers
+
+    tree = ast.parse(inspect.getsource(triton_helpers))
+    functions, constants = {}, {}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef):
+            functions[node.name] = node
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                if isinstance(target, ast.Name):
+                    constants[target.id] = node
+    return functions, constants
+
+
+def _helpers_used(kernels: list[ast.FunctionDef]) -> list[str]:
+    """Helper names the kernels call, with the helpers those call, dependencies first."""
+    functions, _ = _helper_module()
+    order: list[str] = []
+
+    def visit(name: str, chain: tuple[str, ...]) -> None:
+        if name in order or name in chain:
+            return
+        if name not in functions:
+            raise ConversionError(f"the kernels call triton_helpers.{name}, which this torch does not have")
+        node = functions[name]
+        decorators = [ast.unparse(d) for d in node.decorator_list]
+        if decorators != ["triton.jit"]:
+            raise ConversionError(f"triton_helpers.{name} is not a plain @triton.jit function ({decorators})")
+        for inner in ast.walk(node):
+            if isinstance(inner, ast.Name) and inner.id in functions and inner.id != name:
+                visit(inner.id, (*chain, name))
+        order.append(name)
+
+    for kernel in kernels:
+        for node in ast.walk(kernel):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                    and node.value.id == "triton_helpers":
+                visit(node.attr, ())
+    return order
+
+
+class _HelperRenamer(ast.NodeTransformer):
+    """``triton_helpers.f`` and a helper's bare ``f`` -> ``helper_f``; triton_helpers' ``math`` -> ``tl_math``."""
+
+    def __init__(self, helpers: set[str], constants: set[str], in_helper: bool) -> None:
+        self.helpers, self.constants, self.in_helper = helpers, constants, in_helper
+
+    def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
+        if isinstance(node.value, ast.Name) and node.value.id == "triton_helpers":
+            return ast.copy_location(ast.Name(HELPER_PREFIX + node.attr, ast.Load()), node)
+        self.generic_visit(node)
+        return node
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        if self.in_helper and (node.id in self.helpers or node.id in self.constants):
+            return ast.copy_location(ast.Name(HELPER_PREFIX + node.id, node.ctx), node)
+        if self.in_helper and node.id == "math":
+            return ast.copy_location(ast.Name("tl_math", node.ctx), node)
+        return node
+
+
+def _helper_code(names: list[str]) -> list[str]:
+    functions, constants = _helper_module()
+    used_constants: list[str] = []
+    for name in names:
+        for node in ast.walk(functions[name]):
+            if isinstance(node, ast.Name) and node.id in constants and node.id not in used_constants:
+                used_constants.append(node.id)
+    renamer = _HelperRenamer(set(names), set(used_constants), in_helper=True)
+    out = []
+    for constant in used_constants:
+        node = renamer.visit(ast.parse(ast.unparse(constants[constant])).body[0])
+        out.append(ast.unparse(node))
+    for name in names:
+        node = ast.parse(ast.unparse(functions[name])).body[0]
+        node = renamer.visit(node)
+        node.name = HELPER_PREFIX + name
+        out.append(ast.unparse(node))
+    return out
