@@ -24,12 +24,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from evolve.session import COMPILED_SEED_FILE, RECORDING_FILE  # noqa: E402
+from evolve.sweep import FAILED_FILE, SKIPPED_FILE  # noqa: E402
 from population_store import RunStore  # noqa: E402
 
 
 def run_row(run_dir: Path) -> dict:
     row: dict = {"run": run_dir.name}
-    for ended in ("skipped.json", "failed.json"):
+    for ended in (SKIPPED_FILE, FAILED_FILE):
         if (run_dir / ended).is_file():
             outcome = json.loads((run_dir / ended).read_text())
             return {**row, "status": outcome["status"], "reason": outcome["reason"]}

@@ -308,8 +308,8 @@ def _check_values(config: Config, origin: str) -> None:
             "seeds from files and from torch.compile do not mix: name the files, or write 'seeds: compile'")
     for key in ("population_size", "max_evaluations", "tournament_size", "islands", "migration_interval"):
         require(getattr(search, key) >= 1, f"search.{key}", "must be at least 1")
-    require(search.max_evaluations >= max(len(problem.seeds), 1), "search.max_evaluations",
-            f"must be at least the number of seeds ({max(len(problem.seeds), 1)})")
+    require(search.max_evaluations >= len(problem.seeds), "search.max_evaluations",
+            f"must be at least the number of seeds ({len(problem.seeds)})")
     require(0 <= search.elite <= search.population_size, "search.elite", "must be between 0 and population_size")
     require(0 <= search.migrants < search.population_size, "search.migrants",
             "must be at least 0 and below population_size")
@@ -367,7 +367,8 @@ def _check_llm(config: Config, require: typing.Callable[[bool, str, str], None])
     uses_llm = [op.value for op, w in config.operators.weights.items() if op.needs_llm and w > 0]
     require(llm.online or not uses_llm, "operators.weights",
             f"{', '.join(uses_llm)} need{'s' if len(uses_llm) == 1 else ''} an LLM, but llm.model is {OFFLINE}")
-    require(config.problem.seeds or config.problem.compile_seed or config.search.max_evaluations >= llm.initial_seeds, "llm.initial_seeds",
+    seeded = bool(config.problem.seeds) or config.problem.compile_seed
+    require(seeded or config.search.max_evaluations >= llm.initial_seeds, "llm.initial_seeds",
             f"must be at most search.max_evaluations ({config.search.max_evaluations}): the first kernels "
             "are evaluated within the budget")
 

@@ -22,6 +22,7 @@ the conversion is tested on machines without a GPU.
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -60,8 +61,6 @@ def _module_kernels(codes: list[str]) -> list[Any]:
     (after their first run: autotuned). Other modules of the process are left out, though
     their kernels may have the same names (``triton_red_fused_linalg_vector_norm_0`` of an
     earlier problem, whose config is not this one's)."""
-    import re
-
     from torch._inductor.codecache import PyCodeCache
 
     wanted = {code.strip() for code in codes}

@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 SWEEP_FILE = "sweep.json"  # the resolved entries, written when the sweep starts
 SUMMARY_FILE = "summary.json"
 CONFIG_FILE = "config.yaml"
+FAILED_FILE = "failed.json"  # a run that could not go on, with the reason
 SKIPPED_FILE = "skipped.json"  # a run that got no seed from torch.compile, with the reason
 ENTRY_KEYS = {"config", "reference", "seeds", "shapes", "held_out_shapes", "variants", "folder",
               "seeds_folder", "name"}
@@ -303,10 +304,7 @@ def _failed(entry: Entry, run_dir: Path, exc: Exception) -> Outcome:
         log.error("sweep: %s failed in kevo itself", entry.name, exc_info=exc)
         first = (str(exc).strip().splitlines() or [""])[0][:300]
         reason = f"kevo failed ({type(exc).__name__}: {first}); the traceback is in the log"
-    outcome = Outcome(entry.name, "failed", reason)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "failed.json").write_text(json.dumps(dataclasses.asdict(outcome)), encoding="utf-8")
-    return outcome
+    return _ended(run_dir, FAILED_FILE, Outcome(entry.name, "failed", reason))
 
 
 def _no_seed(exc: Exception) -> bool:
@@ -317,9 +315,13 @@ def _no_seed(exc: Exception) -> bool:
 
 def _skipped(entry: Entry, run_dir: Path, exc: Exception) -> Outcome:
     """A run ``seeds: compile`` gave no seed: skipped, with the reason, and not tried again on resume."""
-    outcome = Outcome(entry.name, "skipped", str(exc))
+    return _ended(run_dir, SKIPPED_FILE, Outcome(entry.name, "skipped", str(exc)))
+
+
+def _ended(run_dir: Path, file: str, outcome: Outcome) -> Outcome:
+    """``outcome``, kept in ``run_dir`` so that a resumed sweep does not run it again (``_previous``)."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / SKIPPED_FILE).write_text(json.dumps(dataclasses.asdict(outcome)), encoding="utf-8")
+    (run_dir / file).write_text(json.dumps(dataclasses.asdict(outcome)), encoding="utf-8")
     return outcome
 
 
@@ -370,7 +372,7 @@ def _previous(entry: Entry, run_dir: Path) -> Outcome | None:
     """The outcome of a run that already ended (skipped, stopped, or failed), else None."""
     if entry.skip:
         return Outcome(entry.name, "skipped", entry.skip)
-    for ended in (run_dir / "failed.json", run_dir / SKIPPED_FILE):
+    for ended in (run_dir / FAILED_FILE, run_dir / SKIPPED_FILE):
         if ended.is_file():
             return Outcome(**json.loads(ended.read_text(encoding="utf-8")))
     if not (run_dir / "run.sqlite").is_file():

@@ -1,25 +1,21 @@
-"""Reading what Inductor wrote: its Triton kernels, its call(), the runtime helpers they use.
+"""Reading what Inductor wrote: its Triton kernels and its call().
 
 The first half of ``operators.inductor_seed``: ``_Kernel`` reads one kernel of a
 recording (its function, heuristics kind, grid type and the config to launch it
 with; a max-autotune matmul template gets its tiles made launch parameters),
-``_CallRewriter`` turns Inductor's ``call()`` into plain PyTorch allocations
-and ``kernel[grid](...)`` launches, and ``_helper_code`` copies the
-``triton_helpers`` functions the kernels call out of the installed torch.
+and ``_CallRewriter`` turns Inductor's ``call()`` into plain PyTorch
+allocations and ``kernel[grid](...)`` launches. Copying the runtime helpers the
+kernels call is ``operators.inductor_helpers``.
 """
 
 from __future__ import annotations
 
 import ast
-import functools
-import inspect
 import re
 from typing import Any
 
 #: The seed's function that does what Inductor's call() did.
 CALL_FUNCTION = "_inductor_call"
-#: Prefix of the Inductor runtime helpers copied into a seed.
-HELPER_PREFIX = "helper_"
 
 
 class ConversionError(ValueError):
@@ -244,15 +240,12 @@ class _CallRewriter(ast.NodeTransformer):
     def _statement(self, node: ast.stmt) -> list[ast.stmt]:
         if isinstance(node, ast.With):  # torch.cuda._DeviceGuard(0): the seed runs on its inputs' device
             return self.rewrite(node.body)
-        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+        if isinstance(node, (ast.Expr, ast.Assign)) and isinstance(node.value, ast.Call):
             name = ast.unparse(node.value.func)
-            if name in _DROPPED_CALLS:
+            if name in _DROPPED_CALLS:  # a check, or a stream or device (stream0 = get_raw_stream(0))
                 return []
-            if name.endswith(".run") and name[:-4] in self.kernels:
+            if isinstance(node, ast.Expr) and name.endswith(".run") and name[:-4] in self.kernels:
                 return self._launch(self.kernels[name[:-4]], node.value)
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
-            if ast.unparse(node.value.func) in _DROPPED_CALLS:
-                return []
         self._check_calls(node)
         return [self.visit(node)]
 
@@ -346,92 +339,3 @@ def _grid(kernel: _Kernel, bound: dict[str, str], blocks: dict[str, str]) -> str
     if kernel.grid_type == "Grid3D":
         return f"({extent('x')}, {extent('y')}, {extent('z')})"
     raise ConversionError(f"{kernel.name}: grid type {kernel.grid_type!r} is not supported")
-
-
-# --- the helpers -------------------------------------------------------------------------
-
-
-@functools.lru_cache(maxsize=1)
-def _helper_module() -> tuple[dict[str, ast.AST], dict[str, ast.stmt]]:
-    """(jit functions by name, module-level constant assignments by name) of the installed
-    torch's ``torch._inductor.runtime.triton_helpers``."""
-    from torch._inductor.runtime import triton_helpers
-
-    tree = ast.parse(inspect.getsource(triton_helpers))
-    functions, constants = {}, {}
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef):
-            functions[node.name] = node
-        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
-            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            for target in targets:
-                if isinstance(target, ast.Name):
-                    constants[target.id] = node
-    return functions, constants
-
-
-def _helpers_used(kernels: list[ast.FunctionDef]) -> list[str]:
-    """Helper names the kernels call, with the helpers those call, dependencies first."""
-    functions, _ = _helper_module()
-    order: list[str] = []
-
-    def visit(name: str, chain: tuple[str, ...]) -> None:
-        if name in order or name in chain:
-            return
-        if name not in functions:
-            raise ConversionError(f"the kernels call triton_helpers.{name}, which this torch does not have")
-        node = functions[name]
-        decorators = [ast.unparse(d) for d in node.decorator_list]
-        if decorators != ["triton.jit"]:
-            raise ConversionError(f"triton_helpers.{name} is not a plain @triton.jit function ({decorators})")
-        for inner in ast.walk(node):
-            if isinstance(inner, ast.Name) and inner.id in functions and inner.id != name:
-                visit(inner.id, (*chain, name))
-        order.append(name)
-
-    for kernel in kernels:
-        for node in ast.walk(kernel):
-            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
-                    and node.value.id == "triton_helpers":
-                visit(node.attr, ())
-    return order
-
-
-class _HelperRenamer(ast.NodeTransformer):
-    """``triton_helpers.f`` and a helper's bare ``f`` -> ``helper_f``; triton_helpers' ``math`` -> ``tl_math``."""
-
-    def __init__(self, helpers: set[str], constants: set[str], in_helper: bool) -> None:
-        self.helpers, self.constants, self.in_helper = helpers, constants, in_helper
-
-    def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
-        if isinstance(node.value, ast.Name) and node.value.id == "triton_helpers":
-            return ast.copy_location(ast.Name(HELPER_PREFIX + node.attr, ast.Load()), node)
-        self.generic_visit(node)
-        return node
-
-    def visit_Name(self, node: ast.Name) -> ast.AST:
-        if self.in_helper and (node.id in self.helpers or node.id in self.constants):
-            return ast.copy_location(ast.Name(HELPER_PREFIX + node.id, node.ctx), node)
-        if self.in_helper and node.id == "math":
-            return ast.copy_location(ast.Name("tl_math", node.ctx), node)
-        return node
-
-
-def _helper_code(names: list[str]) -> list[str]:
-    functions, constants = _helper_module()
-    used_constants: list[str] = []
-    for name in names:
-        for node in ast.walk(functions[name]):
-            if isinstance(node, ast.Name) and node.id in constants and node.id not in used_constants:
-                used_constants.append(node.id)
-    renamer = _HelperRenamer(set(names), set(used_constants), in_helper=True)
-    out = []
-    for constant in used_constants:
-        node = renamer.visit(ast.parse(ast.unparse(constants[constant])).body[0])
-        out.append(ast.unparse(node))
-    for name in names:
-        node = ast.parse(ast.unparse(functions[name])).body[0]
-        node = renamer.visit(node)
-        node.name = HELPER_PREFIX + name
-        out.append(ast.unparse(node))
-    return out

@@ -26,8 +26,8 @@ A max-autotune matmul template (what Inductor writes for a matmul when told
 not to call cuBLAS) gets its tile sizes, which Inductor bakes into its body,
 made launch parameters, and its grid computed from them.
 
-Reading the recorded kernels and call() is ``operators.inductor_code``; this
-module assembles the file.
+Reading the recorded kernels and call() is ``operators.inductor_code``, copying
+the helpers ``operators.inductor_helpers``; this module assembles the file.
 
 A problem Inductor does not lower to Triton alone (a cuBLAS matmul through
 ``extern_kernels``, an ATen fallback) raises ``NotTritonOnly``; anything this
@@ -41,8 +41,8 @@ import re
 from typing import Any
 
 from operators.inductor_code import (CALL_FUNCTION, ConversionError, NotTritonOnly, _call_function,
-                                     _CallRewriter, _helper_code, _HelperRenamer, _helpers_used, _Kernel,
-                                     _kernel_sources)
+                                     _CallRewriter, _Kernel, _kernel_sources)
+from operators.inductor_helpers import _helper_code, _HelperRenamer, _helpers_used
 from operators.space import Kind, default_choices
 
 __all__ = ["CALL_FUNCTION", "ConversionError", "NotTritonOnly", "seed_source"]

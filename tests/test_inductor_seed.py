@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import random
 import subprocess
 import sys
@@ -164,7 +165,7 @@ def test_an_unrecorded_config_falls_back_to_a_valid_default(evaluators):
 
 def kevo(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "evolve.cli", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, env={**__import__("os").environ, "CUDA_VISIBLE_DEVICES": ""})
+                          timeout=300, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
 
 
 def test_kevo_seed_without_a_gpu_says_so_in_one_line_and_exits_2(tmp_path):
