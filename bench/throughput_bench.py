@@ -9,12 +9,18 @@ from the stream's wall time.
 
     python bench/throughput_bench.py --config configs/rmsnorm.yaml --shape batch_size=2048 \\
         --plans 1x1 1x3 2x3 --fresh 4 --out throughput.json           # on a machine with 2 GPUs
+
+``--bare`` adds the rate of the bare minimum on the same stream, in this
+process: import the candidate, one check against the reference, and
+``triton.testing.do_bench`` (no sandbox, no held-out shapes, no probes).
+``--warmup-ms`` and ``--window-ms`` replace the platform's timing window.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import json
 import subprocess
 import sys
@@ -29,7 +35,9 @@ from bench.shapes import apply_shapes  # noqa: E402
 from evolve.config import load_config  # noqa: E402
 from evolve.ray_dispatch import RayDispatcher  # noqa: E402
 from evolve.session import evaluator_spec, search_space  # noqa: E402
+from fitness.problem import build_model, load_problem, make_inputs  # noqa: E402
 from operators import apply_params  # noqa: E402
+from platforms import TimingSettings, get_platform  # noqa: E402
 
 
 def stream(config, count: int) -> list[str]:
@@ -43,9 +51,12 @@ def stream(config, count: int) -> list[str]:
     return [apply_params(seed, p) for p in points[::step][:count]]
 
 
-def with_pool(config, sources: list[str], actors: int, slots: int) -> dict:
+def with_pool(config, sources: list[str], actors: int, slots: int, timing: TimingSettings | None = None) -> dict:
+    spec = evaluator_spec(config)
+    if timing is not None:
+        spec = dataclasses.replace(spec, settings=dataclasses.replace(spec.settings, timing=timing))
     t0 = time.perf_counter()
-    with RayDispatcher(evaluator_spec(config), num_actors=actors, slots=slots) as dispatcher:
+    with RayDispatcher(spec, num_actors=actors, slots=slots) as dispatcher:
         startup = time.perf_counter() - t0
         before = dispatcher.lane_stats()
         started = time.perf_counter()
@@ -83,6 +94,40 @@ def fresh_processes(config, sources: list[str]) -> dict:
             "per_candidate_s": walls}
 
 
+def bare(config, sources: list[str]) -> dict:
+    """One warm process: per candidate, import it, check it once against the reference
+    (max |diff| within the cutoff), and ``do_bench`` it. What a minimal harness costs."""
+    import torch
+    import triton.testing
+
+    platform = get_platform(config.platform.value)
+    device = platform.device()
+    problem = load_problem(config.problem.reference, config.problem.shapes, config.problem.dtype)
+    reference = build_model(problem.Model, problem, 42, device)
+    inputs = make_inputs(problem, 101, device)
+    with torch.no_grad():
+        expected = reference(*inputs)
+    cutoff = config.fitness.max_abs_diff if config.fitness.max_abs_diff is not None else 1e-2
+    walls, ok = [], 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, source in enumerate(sources):
+            t0 = time.perf_counter()
+            path = Path(tmp) / f"bare_candidate_{i}.py"
+            path.write_text(source)
+            spec = importlib.util.spec_from_file_location(path.stem, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[path.stem] = module
+            spec.loader.exec_module(module)
+            model = build_model(module.ModelNew, problem, 42, device)
+            with torch.no_grad():
+                got = model(*inputs)
+                ok += bool((got - expected).abs().max().item() <= cutoff)
+                triton.testing.do_bench(lambda: model(*inputs), return_mode="median")
+            walls.append(time.perf_counter() - t0)
+    return {"plan": "bare: one check + do_bench, one warm process", "wall_s": sum(walls),
+            "evals_per_s": len(sources) / sum(walls), "accepted": ok, "per_candidate_s": walls}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, required=True)
@@ -90,16 +135,27 @@ def main() -> None:
     parser.add_argument("--candidates", type=int, default=24)
     parser.add_argument("--plans", nargs="+", default=["1x1", "1x3", "2x3"], help="ACTORSxSLOTS")
     parser.add_argument("--fresh", type=int, default=4, help="candidates judged in a fresh process each (0: none)")
+    parser.add_argument("--bare", action="store_true", help="also the bare check + do_bench rate (see above)")
+    parser.add_argument("--warmup-ms", type=float, help="the timing's warm-up (default: the platform's)")
+    parser.add_argument("--window-ms", type=float, help="the timed window (default: the platform's)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     config = load_config(args.config)
     shapes = apply_shapes(config.problem.reference, args.shape, config.problem.shapes, ignore_unknown=False)
     config = dataclasses.replace(config, problem=dataclasses.replace(config.problem, shapes=shapes))
     sources = stream(config, args.candidates)
+    timing = None
+    if args.warmup_ms is not None or args.window_ms is not None:
+        default = get_platform(config.platform.value).timing
+        timing = dataclasses.replace(default, **{k: v for k, v in (("warmup_ms", args.warmup_ms),
+                                                                    ("window_ms", args.window_ms)) if v is not None})
     rows = []
     for plan in args.plans:
         actors, slots = (int(x) for x in plan.split("x"))
-        rows.append(with_pool(config, sources, actors, slots))
+        rows.append(with_pool(config, sources, actors, slots, timing))
+        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    if args.bare:
+        rows.append(bare(config, sources))
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     if args.fresh:
         rows.append(fresh_processes(config, sources[:args.fresh]))

@@ -86,12 +86,22 @@ class EvaluatorActor:
         self._errors: dict[EvaluatorSpec, Exception] = {}
 
     def prepare(self, spec: EvaluatorSpec) -> dict[str, Any]:
-        """Build one evaluator for ``spec``; where this actor evaluates (pid, platform, device, cutoff)."""
-        evaluator = self._take(spec)
+        """Build the evaluators of ``spec``, one per slot that fits, their workers started
+        side by side (so that the first evaluations do not wait for them); where this
+        actor evaluates (pid, platform, device, cutoff)."""
+        evaluators = [self._take(spec)]
         try:
-            return {"pid": os.getpid(), **evaluator_info(evaluator)}
+            while len(evaluators) < self._limit.get(spec, 1):
+                evaluators.append(self._take(spec))
+            starting = [threading.Thread(target=e.start_worker, daemon=True) for e in evaluators]
+            for thread in starting:
+                thread.start()
+            for thread in starting:
+                thread.join()
+            return {"pid": os.getpid(), **evaluator_info(evaluators[0])}
         finally:
-            self._give_back(spec, evaluator)
+            for evaluator in evaluators:
+                self._give_back(spec, evaluator)
 
     def evaluate(self, spec: EvaluatorSpec, source: str) -> tuple[int, EvalResult]:
         """(this actor's pid, the verdict on ``source``)."""

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from fitness.compare import compare
-from fitness.lane import NoLane, TimingLane
+from fitness.lane import Hold, NoLane, TimingLane
 from fitness.prepared import PreparedProblem, Variant
 from fitness.probes import Probe
 from fitness.profiling import profile_candidate
@@ -129,6 +129,14 @@ class Evaluator:
         with self._timed("hand-over"):
             return self.platform.import_tensor(shared, dtype, shape, pid)
 
+    def start_worker(self) -> None:
+        """Start the worker now rather than at the first evaluation (a worker that fails
+        to start is retried then, and its failure reported there)."""
+        try:
+            self._get_worker()
+        except (WorkerGone, RuntimeError):
+            self._discard_worker()
+
     def _discard_worker(self) -> None:
         if self._worker is not None:
             self._worker.kill()
@@ -163,30 +171,53 @@ class Evaluator:
             self._discard_worker()
         return reply, tensors
 
+    def _lending(self, hold: Hold) -> Any:
+        """The answer to a worker that lends the lane out while it compiles, and takes it
+        back (``Harness.compiling``): anything else in the middle of the step is forged."""
+        lent_at = [0.0]
+
+        def answer(reply: dict[str, Any], tensors: list) -> dict[str, Any]:
+            kind = reply.get("interim")
+            if kind == "compiling" and hold.held and not tensors:
+                self.platform.synchronize()  # the reference's work for this check is done too
+                hold.release()
+                lent_at[0] = time.monotonic()
+            elif kind == "compiled" and not hold.held and not tensors:
+                hold.acquire()  # waits for a timing in progress
+                self.walls["lane lent"] += time.monotonic() - lent_at[0]
+            else:
+                raise WorkerGone("forbidden", "the worker sent a message its step does not have")
+            return {"step": "continue"}
+
+        return answer
+
     def _load(self, source: str, variant: Variant) -> dict[str, Any]:
         """Load ``source`` in the worker at ``variant``'s shapes; the worker's reply."""
         self._loaded = None
-        with self.lane.shared():
+        with self.lane.shared() as hold:
             reply, _ = self._step({"step": "load", "source": source, "problem": str(self.reference_path),
-                                   "shapes": variant.shapes, "init_seed": self.settings.init_seed, "dtype": self.dtype})
+                                   "shapes": variant.shapes, "init_seed": self.settings.init_seed,
+                                   "dtype": self.dtype, "lend": True}, interim=self._lending(hold))
         if reply["ok"]:
             self._loaded = variant
         return reply
 
     def _checked_call(self, variant: Variant, seed: int, probe: Probe | None = None) -> tuple[dict[str, Any], Any]:
         """(the worker's reply, the comparison) for one call of the candidate on ``seed``'s
-        inputs (transformed by ``probe``, if given, and judged at its cutoff); the
-        reference's outputs are computed here while the worker runs it."""
+        inputs (transformed by ``probe``, if given, and judged at its cutoff), with the
+        device's lane shared; the reference's outputs are computed here while the worker
+        runs it."""
         refs: list = []
 
         def reference() -> None:
             with self._timed("reference outputs"):
                 refs.extend(self.prepared.reference_outputs(variant, seed, probe))
 
-        message = {"step": "call", "seed": seed, "poison": variant.output_bytes}
+        message = {"step": "call", "seed": seed, "poison": variant.output_bytes, "lend": True}
         if probe is not None:
             message["probe"] = probe.to_message()
-        reply, outputs = self._step(message, reference)
+        with self.lane.shared() as hold:
+            reply, outputs = self._step(message, reference, self._lending(hold))
         if not reply["ok"]:
             return reply, None
         with self._timed("compare"):
@@ -261,8 +292,7 @@ class Evaluator:
             else:
                 seeds = [*self.settings.fixed_seeds, *([] if probing else fresh)]
             for seed in seeds:
-                with self.lane.shared():
-                    reply, verdict = self._checked_call(variant, seed)
+                reply, verdict = self._checked_call(variant, seed)
                 if not reply["ok"]:
                     return _refused(reply, "", base)
                 where = _where(variant, self.main, seed in self.settings.fixed_seeds)
@@ -287,14 +317,12 @@ class Evaluator:
         fixed inputs); right there, it is ``wrong_off_distribution``. A probe's
         differences are at its own scale: ``max_abs_diff`` stays the problem's own."""
         for probe in self.prepared.probes:
-            with self.lane.shared():
-                reply, verdict = self._checked_call(self.main, secrets.randbelow(2**31 - 1), probe)
+            reply, verdict = self._checked_call(self.main, secrets.randbelow(2**31 - 1), probe)
             if not reply["ok"]:
                 return _refused(reply, f"on the probe ({probe.describe()}): ", base)
             if verdict.status != "accepted":
                 for seed in fresh:
-                    with self.lane.shared():
-                        own_reply, own = self._checked_call(self.main, seed)
+                    own_reply, own = self._checked_call(self.main, seed)
                     if not own_reply["ok"]:
                         return _refused(own_reply, "", base)
                     if own.status != "accepted":
@@ -329,6 +357,11 @@ class Evaluator:
                               max_abs_diff=verdict.max_abs_diff, checks=checks + len(judged) - 1, **base)
         if not reply["ok"]:
             return _refused(reply, "while timing: ", base)
+        phases = reply.get("phases_s")
+        if isinstance(phases, dict):  # the worker's own account, for breakdowns only
+            for part, seconds in phases.items():
+                if isinstance(part, str) and type(seconds) is float:
+                    self.walls[f"time: {part}"] += seconds
         n_runs = len(reply["runs_ms"])
         if (reply["checked"] != judged or n_runs - 1 not in judged
                 or len(judged) < min(n_runs, self.settings.timed_checks)):

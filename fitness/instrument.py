@@ -4,7 +4,9 @@ Installed in the sandboxed worker before any candidate code runs.
 ``instrument_launches`` wraps Triton's launch entry points to count launches
 (a forward must launch a kernel) and to let the launcher's own tensor ops
 through the dispatch trace; ``instrument_threads`` counts threads started (a
-thread escapes the thread-local trace). ``Watch`` keeps a reference to every
+thread escapes the thread-local trace); ``instrument_compiles`` brackets each
+Triton compile, so that the worker can lend the device out while it
+compiles (``fitness.lane``). ``Watch`` keeps a reference to every
 object the worker trusts (timers, events, synchronisation, the tensor methods
 that ship outputs, the device trace, these instruments) and their code, and
 says after each step whether any was replaced or rewritten.
@@ -47,6 +49,8 @@ def watched_objects(torch, triton_jit, interpreter, platform) -> dict[str, tuple
         "torch.utils._python_dispatch.TorchDispatchMode.__exit__": (
             sys.modules["torch.utils._python_dispatch"].TorchDispatchMode, "__exit__"),
     }
+    if "_do_compile" in vars(triton_jit.JITFunction):
+        watched["triton JITFunction._do_compile"] = (triton_jit.JITFunction, "_do_compile")
     for method in ("clone", "cpu", "contiguous", "view", "reshape", "numpy", "detach",
                    "to", "numel", "__getitem__", "data_ptr", "untyped_storage"):
         watched[f"torch.Tensor.{method}"] = (torch.Tensor, method)
@@ -101,6 +105,46 @@ def instrument_launches(harness: Any, *kernel_classes: type) -> None:
                     trace.launch_depth -= 1
 
         cls.run = run
+
+
+def instrument_compiles(harness: Any, jit_cls: type) -> bool:
+    """Run each compile of a Triton kernel inside ``harness.compiling()``; False where this
+    Triton has no single compile entry point (compiles then keep the device's lane)."""
+    original = getattr(jit_cls, "_do_compile", None)
+    if original is None:
+        return False
+
+    def _do_compile(self_, *args, _original=original, **kwargs):
+        with harness.compiling():
+            return _original(self_, *args, **kwargs)
+
+    jit_cls._do_compile = _do_compile
+    return True
+
+
+def triton_hooks() -> tuple:
+    """Triton's compile and launch hooks as they are now: a hook set by a candidate could
+    run anything while its kernel compiles."""
+    from triton import knobs
+
+    state = []
+    for group, names in (("runtime", ("jit_cache_hook", "jit_post_compile_hook", "add_stages_inspection_hook",
+                                      "launch_enter_hook", "launch_exit_hook", "kernel_load_start_hook",
+                                      "kernel_load_end_hook", "kernel_unload_hook")),
+                         ("compilation", ("listener",)), ("cache", ("manager_class", "remote_manager_class"))):
+        owner = getattr(knobs, group, None)
+        for name in names:
+            value = getattr(owner, name, None)
+            calls = getattr(value, "calls", None)  # a HookChain keeps its hooks in a list
+            state.append((value, tuple(calls) if isinstance(calls, list) else ()))
+    return tuple(state)
+
+
+def same_hooks(a: tuple, b: tuple) -> bool:
+    """Whether two ``triton_hooks()`` states hold the very same hooks."""
+    return len(a) == len(b) and all(
+        x is y and len(xs) == len(ys) and all(p is q for p, q in zip(xs, ys))
+        for (x, xs), (y, ys) in zip(a, b))
 
 
 def instrument_threads(harness: Any) -> None:

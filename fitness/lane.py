@@ -8,6 +8,11 @@ around checking steps, ``exclusive()`` around timing. Once a timing waits, no
 new check starts, so a timing waits at most for the checks already running.
 It also keeps how long the lane was held exclusively (the share of wall time
 the device spent timing: how busy the lane is).
+
+A check's hold can be lent back while its worker compiles a kernel
+(``Hold.lent()``): compiling is host work, and a timing that waited for every
+compile in flight would serialise the compiles of all slots behind it. The
+worker makes sure the device is idle on its side before it asks.
 """
 
 from __future__ import annotations
@@ -29,19 +34,27 @@ class TimingLane:
         self.timings = 0
 
     @contextlib.contextmanager
-    def shared(self) -> Iterator[None]:
+    def shared(self) -> Iterator["Hold"]:
         """Device work that may overlap other checks but never a timing."""
+        hold = Hold(self)
+        hold.acquire()
+        try:
+            yield hold
+        finally:
+            if hold.held:
+                hold.release()
+
+    def _acquire_shared(self) -> None:
         with self._cond:
             while self._writer or self._writers_waiting:
                 self._cond.wait()
             self._readers += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._readers -= 1
-                if self._readers == 0:
-                    self._cond.notify_all()
+
+    def _release_shared(self) -> None:
+        with self._cond:
+            self._readers -= 1
+            if self._readers == 0:
+                self._cond.notify_all()
 
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:
@@ -71,12 +84,30 @@ class TimingLane:
                 "busy_share": self.exclusive_s / wall if wall > 0 else 0.0}
 
 
+class Hold:
+    """One shared hold of a lane; ``lent()`` gives it back for a while."""
+
+    def __init__(self, lane: "TimingLane | None") -> None:
+        self.lane = lane
+        self.held = False
+
+    def acquire(self) -> None:
+        if self.lane is not None:
+            self.lane._acquire_shared()
+        self.held = True
+
+    def release(self) -> None:
+        if self.lane is not None:
+            self.lane._release_shared()
+        self.held = False
+
+
 class NoLane:
     """The lane of an evaluator alone on its device: nothing to wait for."""
 
     @contextlib.contextmanager
-    def shared(self) -> Iterator[None]:
-        yield
+    def shared(self) -> Iterator[Hold]:
+        yield Hold(None)
 
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:

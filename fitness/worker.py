@@ -33,7 +33,8 @@ from fitness import wire
 from fitness.probes import Probe
 from fitness.problem import Problem, build_model, load_problem, make_inputs
 from fitness.guard import Guard
-from fitness.instrument import Watch, instrument_launches, instrument_threads, watched_objects
+from fitness.instrument import (Watch, instrument_compiles, instrument_launches, instrument_threads, same_hooks,
+                                triton_hooks, watched_objects)
 from fitness.settings import RELEASE_ABOVE
 from fitness.refusal import Refusal, classify, describe, forbidden_reason, out_of_memory
 from fitness.trace import INIT_OPS
@@ -59,6 +60,10 @@ class Harness:
         self.launches = 0
         self.trace: Any = None
         instrument_launches(self, triton_jit.JITFunction, interpreter.InterpretedFunction)
+        instrument_compiles(self, triton_jit.JITFunction)
+        self.lending = False  # whether this step may lend the device out while a kernel compiles
+        self.lent_s = 0.0  # seconds the device was lent out in this step
+        self.hooks = triton_hooks()
         self.threads_started = 0
         instrument_threads(self)
         self.bounds = self.platform.memory_guard()
@@ -92,6 +97,47 @@ class Harness:
         problem = self.watch.tampered()
         if problem:
             raise Refusal("forbidden", f"the candidate {problem}", fatal=True)
+
+    @contextlib.contextmanager
+    def compiling(self) -> Any:
+        """Around one Triton compile: lend the device's lane out while it runs (``fitness.lane``).
+
+        Compiling is host work; the lane is lent only once this worker's device
+        work so far has finished, and taken back (the evaluator waits for any
+        timing in progress) before anything else of the candidate's runs: the
+        first start of candidate code inside the compile (a compile-time
+        function, a hook) ends the loan. A step that holds the device to itself
+        (timing) never lends it; nor does a worker whose Triton hooks the
+        candidate has changed.
+        """
+        if not self.lending or not same_hooks(self.hooks, triton_hooks()):
+            yield
+            return
+        self.platform.synchronize()
+        started = time.monotonic()
+        self._interim("compiling")
+        lent = [True]
+
+        def take_back() -> None:
+            if lent[0]:
+                lent[0] = False
+                self.lent_s += time.monotonic() - started
+                self._interim("compiled")
+
+        self.lending = False  # one loan at a time
+        try:
+            with self.guard.on_candidate_code(take_back):
+                yield
+        finally:
+            take_back()
+            self.lending = True
+
+    def _interim(self, kind: str) -> None:
+        """Tell the evaluator ``kind`` in the middle of a step and wait for its word."""
+        self.send({"ok": True, "interim": kind}, [], "")
+        message, _ = wire.receive(self.in_fd)
+        if message.get("step") != "continue":
+            raise Refusal("internal_error", f"the evaluator answered {kind!r} with {message.get('step')!r}")
 
     # -- steps -----------------------------------------------------------------
 
@@ -216,18 +262,26 @@ class Harness:
         rng = random.Random(check_seed)
         chosen: set[int] = set()
         current: dict[str, Any] = {}
+        clock = time.perf_counter
+        # where the step's wall time goes (ms), for kevo's own breakdowns: never judged
+        phases = dict.fromkeys(("warm-up", "prepare", "input check", "hand-over"), 0.0)
+        marks = {"start": clock()}
 
         def seed_of(i: int) -> int:
             return base_seed + i if i >= 0 else base_seed + (1 << 20) - i
 
         def window(n_runs: int) -> None:
+            marks["window"] = clock()
             chosen.update(rng.sample(range(n_runs), min(checks, n_runs)))
             chosen.add(n_runs - 1)
 
         def prepare(i: int) -> list:
+            t0 = clock()
             args = self._inputs(seed_of(i))
             current["witnesses"] = self._witnesses(args)
             self.platform.poison_memory(poison)
+            if i >= 0:
+                phases["prepare"] += clock() - t0
             return args
 
         def run(i: int, args: list) -> Any:
@@ -235,12 +289,17 @@ class Harness:
 
         def finish(i: int, args: list, outputs: Any) -> None:
             # outside the timed region: the input check and the hand-over are not the kernel's time
+            t0 = clock()
             changed = self._changed(current.pop("witnesses"), args)
             if changed is not None:
                 where = f"timed run {i}" if i >= 0 else "a warm-up run"
                 raise Refusal("mutated_input", f"forward changed input {changed} in {where}")
+            t1 = clock()
             if i in chosen:
                 self._hand_over(i, seed_of(i), self._outputs(outputs))
+            if i >= 0:
+                phases["input check"] += t1 - t0
+                phases["hand-over"] += clock() - t1
 
         collecting = gc.isenabled()
         gc.disable()  # a collection inside a timed run would be charged to the candidate
@@ -249,9 +308,12 @@ class Harness:
         finally:
             if collecting:
                 gc.enable()
+        end = clock()
+        phases["warm-up"] = marks.get("window", end) - marks["start"]
+        phases["window"] = end - marks.get("window", end)
         return {"ok": True, "runs_ms": timing_result.runs_ms, "wall_ms": timing_result.wall_ms,
                 "overhead_ms": timing_result.overhead_ms, "device_ms": timing_result.device_ms,
-                "checked": sorted(chosen)}, []
+                "checked": sorted(chosen), "phases_s": phases}, []
 
     def _hand_over(self, run: int, seed: int, outputs: list) -> None:
         """Send a checked timed run's outputs now and wait for the evaluator's word: it
@@ -277,6 +339,8 @@ class Harness:
         step = message["step"]
         self.shipped = []  # the evaluator has its copies of what was shipped last
         threads_before = self.threads_started
+        self.lending = message.get("lend") is True and step in ("load", "call")
+        self.lent_s = 0.0
         self.guard.violations.clear()
         if self.bounds is not None:
             self.bounds.violations.clear()
@@ -296,6 +360,8 @@ class Harness:
                 reply, tensors = {"ok": True, "env": sorted(os.environ)}, []
             else:
                 raise ValueError(f"unknown step {step!r}")
+            if self.lent_s:
+                reply["lent_s"] = self.lent_s
             self.check_tamper()
             self._check_guard()
             # what the caching allocator keeps beyond a little is for the other processes on the device

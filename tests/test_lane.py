@@ -68,3 +68,112 @@ def test_a_waiting_timing_holds_back_new_checks():
     timer.join(10)
     assert order == ["timing"]
     assert checker.is_alive()  # the timing has not let go of the lane yet
+
+
+def test_a_lent_hold_lets_a_timing_through_and_is_taken_back_after_it():
+    lane = TimingLane()
+    order: list[str] = []
+    timing_may_end = threading.Event()
+
+    def timing() -> None:
+        with lane.exclusive():
+            order.append("timing starts")
+            timing_may_end.wait(10)
+            order.append("timing ends")
+
+    with lane.shared() as hold:  # a check is running; its worker starts to compile
+        timer = threading.Thread(target=timing, daemon=True)
+        timer.start()
+        time.sleep(0.05)
+        assert order == []  # the check holds the lane
+        hold.release()  # lent out while the compile runs
+        deadline = time.monotonic() + 10
+        while not order and time.monotonic() < deadline:
+            time.sleep(0.001)
+        assert order == ["timing starts"]
+        taker = threading.Thread(target=hold.acquire, daemon=True)
+        taker.start()
+        time.sleep(0.05)
+        assert taker.is_alive()  # taking it back waits for the timing
+        timing_may_end.set()
+        taker.join(10)
+        assert not taker.is_alive() and hold.held
+        assert order == ["timing starts", "timing ends"]
+    timer.join(10)
+    assert lane._readers == 0  # the hold was given back once, at the end
+
+
+def test_the_evaluator_answers_a_loan_and_refuses_anything_else():
+    import collections
+    import types
+
+    import pytest
+
+    from fitness.evaluator import Evaluator
+    from fitness.sandbox import WorkerGone
+
+    synced = []
+    fake = types.SimpleNamespace(platform=types.SimpleNamespace(synchronize=lambda: synced.append(1)),
+                                 walls=collections.Counter())
+    lane = TimingLane()
+    with lane.shared() as hold:
+        answer = Evaluator._lending(fake, hold)
+        assert answer({"interim": "compiling"}, []) == {"step": "continue"}
+        assert not hold.held and lane._readers == 0 and synced == [1]
+        with pytest.raises(WorkerGone):  # lent twice
+            answer({"interim": "compiling"}, [])
+        assert answer({"interim": "compiled"}, []) == {"step": "continue"}
+        assert hold.held and lane._readers == 1
+        with pytest.raises(WorkerGone):  # taken back twice
+            answer({"interim": "compiled"}, [])
+        with pytest.raises(WorkerGone):  # tensors with a loan
+            answer({"interim": "compiling"}, [object()])
+        with pytest.raises(WorkerGone):  # a timed run's hand-over in a checked call
+            answer({"interim": "timed_run", "run": 0}, [])
+    assert lane._readers == 0
+
+
+WATCH_SCRIPT = r"""
+import json, os, sys, tempfile, importlib.util
+from fitness.guard import Guard
+path = os.path.join(tempfile.mkdtemp(), "candidate_x.py")
+with open(path, "w") as f:
+    f.write("def helper(x):\n    return [i for i in range(x)]\n\ndef gen():\n    yield 1\n    yield 2\n")
+spec = importlib.util.spec_from_file_location("candidate_x", path)
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+guard = Guard()
+guard.candidate_files.add(path)
+fired = []
+before = sys.getprofile()
+with guard.on_candidate_code(lambda: fired.append("seen")):
+    json.dumps({"a": [1, 2]})  # library code: not the candidate's
+    quiet = list(fired)
+    module.helper(3)
+    module.helper(4)
+after_inside = list(fired)
+module.helper(5)
+g = module.gen()
+next(g)
+with guard.on_candidate_code(lambda: fired.append("resumed")):
+    next(g)  # a generator of the candidate's resumed
+print(json.dumps({"quiet": quiet, "inside": after_inside, "all": fired,
+                  "profile_restored": sys.getprofile() is before}))
+"""
+
+
+def test_the_compile_watch_sees_the_first_start_of_candidate_code_only():
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", WATCH_SCRIPT], cwd=root, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["quiet"] == []  # the standard library ran and nothing fired
+    assert seen["inside"] == ["seen"]  # once, at the candidate's first start
+    assert seen["all"] == ["seen", "resumed"]  # not outside the watch; a resumed generator counts
+    assert seen["profile_restored"]
