@@ -133,7 +133,7 @@ def main() -> None:
     parser.add_argument("--config", type=Path, required=True)
     parser.add_argument("--shape", action="append", default=[], metavar="NAME=VALUE")
     parser.add_argument("--candidates", type=int, default=24)
-    parser.add_argument("--plans", nargs="+", default=["1x1", "1x3", "2x3"], help="ACTORSxSLOTS")
+    parser.add_argument("--plans", nargs="*", default=["1x1", "1x3", "2x3"], help="ACTORSxSLOTS (none: no pool)")
     parser.add_argument("--fresh", type=int, default=4, help="candidates judged in a fresh process each (0: none)")
     parser.add_argument("--bare", action="store_true", help="also the bare check + do_bench rate (see above)")
     parser.add_argument("--warmup-ms", type=float, help="the timing's warm-up (default: the platform's)")
@@ -160,6 +160,8 @@ def main() -> None:
     if args.fresh:
         rows.append(fresh_processes(config, sources[:args.fresh]))
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    if not rows:
+        parser.error("nothing to measure: give --plans, --fresh or --bare")
     base = rows[0]["evals_per_s"]
     print(f"{len(sources)} candidates of {args.config.name} at {shapes}")
     print("| plan (actors x slots) | start-up s | stream wall s | evaluations/s | vs first plan | timing lane busy |")
