@@ -97,6 +97,9 @@ class Harness:
         problem = self.watch.tampered()
         if problem:
             raise Refusal("forbidden", f"the candidate {problem}", fatal=True)
+        if not same_hooks(self.hooks, triton_hooks()):
+            # they would run in the compiles of every later candidate of this worker
+            raise Refusal("forbidden", "the candidate changed Triton's compile or launch hooks", fatal=True)
 
     @contextlib.contextmanager
     def compiling(self) -> Any:

@@ -87,3 +87,16 @@ def test_the_catalogue_in_the_docs_lists_every_attack_with_its_verdicts():
     for path in attack_files():
         expected = {s.strip() for s in header(path)["expected"].split("|")}
         assert rows.get(path.name) == expected, f"docs/EVALUATION.md's row for {path.name}"
+
+
+def test_a_changed_triton_hook_is_refused_by_the_worker_itself(device_kind):
+    """The compile-hook attack with the static screen off: the worker's own check refuses it."""
+    from fitness import Evaluator
+    from tests.conftest import PROBLEMS
+
+    source = (ATTACKS / "compile_hook_knob_elementwise.py").read_text()
+    with Evaluator(PROBLEMS / "elementwise" / "reference.py", platform=device_kind,
+                   shapes=SMALL_SHAPES["elementwise"], settings=EvalSettings(screen=False)) as evaluator:
+        result = evaluator.evaluate(source)
+    assert result.status is Status.FORBIDDEN, result.reason
+    assert "Triton's compile or launch hooks" in result.reason

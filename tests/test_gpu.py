@@ -78,3 +78,23 @@ def test_timing_is_stable_and_agrees_with_triton_do_bench(gpu_evaluator):
     y = torch.randn_like(x)
     eager = triton.testing.do_bench(lambda: x * torch.sigmoid(y), return_mode="median")
     assert 0.5 < runs[0].reference_ms / eager < 2.0, (runs[0].reference_ms, eager)
+
+
+def test_a_compile_lends_the_lane_unless_the_candidate_could_run_there():
+    from fitness import EvalSettings
+
+    # a block size no other test uses: the kernel compiles in this worker
+    honest = SEED.replace("BLOCK_SIZE=1024", "BLOCK_SIZE=512", 1)
+    assert honest != SEED
+    hooked = honest.replace("class ModelNew", "def _hook(*args, **kwargs):\n    return None\n\n\n"
+                            "triton.knobs.runtime.jit_cache_hook = _hook\n\n\nclass ModelNew", 1)
+    settings = EvalSettings(screen=False)  # the static screen would refuse the knob; the worker must cope alone
+    with Evaluator(PROBLEMS / "elementwise" / "reference.py", platform="auto", shapes=SHAPES,
+                   settings=settings) as evaluator:
+        result = evaluator.evaluate(honest)
+        assert result.status is Status.ACCEPTED, result.reason
+        assert evaluator.walls["lane lent"] > 0  # the compiles ran with the lane lent out
+        result = evaluator.evaluate(hooked.replace("BLOCK_SIZE=512", "BLOCK_SIZE=256", 1))
+        assert result.status is Status.FORBIDDEN, result.reason
+        assert "Triton's compile or launch hooks" in result.reason
+        assert evaluator.walls["lane lent"] == 0  # a hook of the candidate's could run in a compile
