@@ -51,24 +51,30 @@ def stream(config, count: int) -> list[str]:
     return [apply_params(seed, p) for p in points[::step][:count]]
 
 
-def with_pool(config, sources: list[str], actors: int, slots: int, timing: TimingSettings | None = None) -> dict:
+def with_pool(config, sources: list[str], actors: int, slots: int, timing: TimingSettings | None = None,
+              passes: int = 1) -> list[dict]:
+    """The stream through one pool, ``passes`` times (later passes find Triton's disk cache warm)."""
     spec = evaluator_spec(config)
     if timing is not None:
         spec = dataclasses.replace(spec, settings=dataclasses.replace(spec.settings, timing=timing))
     t0 = time.perf_counter()
     with RayDispatcher(spec, num_actors=actors, slots=slots) as dispatcher:
         startup = time.perf_counter() - t0
-        before = dispatcher.lane_stats()
-        started = time.perf_counter()
-        for key, source in enumerate(sources):
-            dispatcher.submit(key, source)
-        statuses = [r.status.value for _, r in dispatcher.results()]
-        wall = time.perf_counter() - started
-        after = dispatcher.lane_stats()
-    busy = [(a["timing_s"] - b["timing_s"]) / wall for a, b in zip(after, before)]
-    return {"plan": f"{actors}x{slots}", "actors": actors, "slots": slots, "startup_s": startup, "wall_s": wall,
-            "evals_per_s": len(sources) / wall, "lane_busy_share": busy,
-            "accepted": statuses.count("accepted"), "statuses": sorted(set(statuses))}
+        rows = []
+        for n in range(passes):
+            before = dispatcher.lane_stats()
+            started = time.perf_counter()
+            for key, source in enumerate(sources):
+                dispatcher.submit(n * len(sources) + key, source)
+            statuses = [r.status.value for _, r in dispatcher.results()]
+            wall = time.perf_counter() - started
+            after = dispatcher.lane_stats()
+            busy = [(a["timing_s"] - b["timing_s"]) / wall for a, b in zip(after, before)]
+            rows.append({"plan": f"{actors}x{slots}" + (f" pass {n + 1}" if passes > 1 else ""), "actors": actors,
+                         "slots": slots, "startup_s": startup, "wall_s": wall, "evals_per_s": len(sources) / wall,
+                         "lane_busy_share": busy, "timings": [a["timings"] - b["timings"] for a, b in zip(after, before)],
+                         "accepted": statuses.count("accepted"), "statuses": sorted(set(statuses))})
+    return rows
 
 
 def fresh_processes(config, sources: list[str]) -> dict:
@@ -94,11 +100,10 @@ def fresh_processes(config, sources: list[str]) -> dict:
             "per_candidate_s": walls}
 
 
-def bare(config, sources: list[str]) -> dict:
+def bare(config, sources: list[str], passes: int = 1) -> list[dict]:
     """One warm process: per candidate, import it, check it once against the reference
     (max |diff| within the cutoff), and ``do_bench`` it. What a minimal harness costs."""
     import torch
-    import triton.testing
 
     platform = get_platform(config.platform.value)
     device = platform.device()
@@ -108,24 +113,36 @@ def bare(config, sources: list[str]) -> dict:
     with torch.no_grad():
         expected = reference(*inputs)
     cutoff = config.fitness.max_abs_diff if config.fitness.max_abs_diff is not None else 1e-2
-    walls, ok = [], 0
+    rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for i, source in enumerate(sources):
-            t0 = time.perf_counter()
-            path = Path(tmp) / f"bare_candidate_{i}.py"
-            path.write_text(source)
-            spec = importlib.util.spec_from_file_location(path.stem, path)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[path.stem] = module
-            spec.loader.exec_module(module)
-            model = build_model(module.ModelNew, problem, 42, device)
-            with torch.no_grad():
-                got = model(*inputs)
-                ok += bool((got - expected).abs().max().item() <= cutoff)
-                triton.testing.do_bench(lambda: model(*inputs), return_mode="median")
-            walls.append(time.perf_counter() - t0)
-    return {"plan": "bare: one check + do_bench, one warm process", "wall_s": sum(walls),
-            "evals_per_s": len(sources) / sum(walls), "accepted": ok, "per_candidate_s": walls}
+        for n in range(passes):
+            walls, ok = [], 0
+            for i, source in enumerate(sources):
+                t0 = time.perf_counter()
+                ok += bare_one(source, Path(tmp) / f"bare_candidate_{n}_{i}.py", problem, device,
+                               inputs, expected, cutoff)
+                walls.append(time.perf_counter() - t0)
+            rows.append({"plan": "bare: one check + do_bench, one warm process" + (f" pass {n + 1}" if passes > 1 else ""),
+                         "wall_s": sum(walls), "evals_per_s": len(sources) / sum(walls), "accepted": ok,
+                         "per_candidate_s": walls})
+    return rows
+
+
+def bare_one(source: str, path: Path, problem, device: str, inputs: list, expected, cutoff: float) -> bool:
+    """Import ``source`` from ``path``, check it once, ``do_bench`` it; whether it was right."""
+    import torch
+    import triton.testing
+
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)
+    model = build_model(module.ModelNew, problem, 42, device)
+    with torch.no_grad():
+        good = bool((model(*inputs) - expected).abs().max().item() <= cutoff)
+        triton.testing.do_bench(lambda: model(*inputs), return_mode="median")
+    return good
 
 
 def main() -> None:
@@ -138,6 +155,8 @@ def main() -> None:
     parser.add_argument("--bare", action="store_true", help="also the bare check + do_bench rate (see above)")
     parser.add_argument("--warmup-ms", type=float, help="the timing's warm-up (default: the platform's)")
     parser.add_argument("--window-ms", type=float, help="the timed window (default: the platform's)")
+    parser.add_argument("--passes", type=int, default=1,
+                        help="the stream this many times per plan (later passes: Triton's disk cache warm)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     config = load_config(args.config)
@@ -152,10 +171,10 @@ def main() -> None:
     rows = []
     for plan in args.plans:
         actors, slots = (int(x) for x in plan.split("x"))
-        rows.append(with_pool(config, sources, actors, slots, timing))
+        rows.extend(with_pool(config, sources, actors, slots, timing, args.passes))
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     if args.bare:
-        rows.append(bare(config, sources))
+        rows.extend(bare(config, sources, args.passes))
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     if args.fresh:
         rows.append(fresh_processes(config, sources[:args.fresh]))

@@ -107,7 +107,9 @@ class NoLane:
 
     @contextlib.contextmanager
     def shared(self) -> Iterator[Hold]:
-        yield Hold(None)
+        hold = Hold(None)
+        hold.acquire()
+        yield hold
 
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:

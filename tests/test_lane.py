@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from fitness.lane import TimingLane
+from fitness.lane import NoLane, TimingLane
 
 
 def test_timing_never_overlaps_a_check_and_checks_overlap_each_other():
@@ -115,6 +115,12 @@ def test_the_evaluator_answers_a_loan_and_refuses_anything_else():
     synced = []
     fake = types.SimpleNamespace(platform=types.SimpleNamespace(synchronize=lambda: synced.append(1)),
                                  walls=collections.Counter())
+    with NoLane().shared() as alone:  # an evaluator alone on its device lends nothing, but answers the same
+        answer = Evaluator._lending(fake, alone)
+        assert answer({"interim": "compiling"}, []) == {"step": "continue"}
+        assert answer({"interim": "compiled"}, []) == {"step": "continue"}
+        assert alone.held
+    synced.clear()
     lane = TimingLane()
     with lane.shared() as hold:
         answer = Evaluator._lending(fake, hold)
