@@ -183,3 +183,80 @@ def test_the_compile_watch_sees_the_first_start_of_candidate_code_only():
     assert seen["inside"] == ["seen"]  # once, at the candidate's first start
     assert seen["all"] == ["seen", "resumed"]  # not outside the watch; a resumed generator counts
     assert seen["profile_restored"]
+
+
+
+HARNESS_SCRIPT = r"""
+import collections, json, os, sys, threading, types
+from fitness import wire
+from fitness.evaluator import Evaluator
+from fitness.lane import TimingLane
+from fitness.worker import Harness
+
+harness = Harness("cpu", 0)
+to_worker_r, to_worker_w = os.pipe()
+from_worker_r, from_worker_w = os.pipe()
+harness.in_fd, harness.out_fd, harness.nonce = to_worker_r, from_worker_w, "n1"
+lane = TimingLane()
+fake = types.SimpleNamespace(platform=types.SimpleNamespace(synchronize=lambda: None), walls=collections.Counter())
+seen = []
+
+def evaluator_side(hold):
+    answer = Evaluator._lending(fake, hold)
+    for _ in range(2):
+        message, tensors = wire.receive(from_worker_r, 30)
+        seen.append((message["interim"], message["nonce"], lane._readers))
+        wire.send(to_worker_w, answer(message, tensors))
+
+with lane.shared() as hold:
+    side = threading.Thread(target=evaluator_side, args=(hold,))
+    side.start()
+    harness.lending = True
+    with harness.compiling():
+        during = lane._readers  # lent out while this runs
+    side.join(30)
+    after = lane._readers
+    harness.lending = False
+    with harness.compiling():  # a step that does not lend: no messages
+        pass
+print(json.dumps({"seen": seen, "during": during, "after": after, "lent_s": harness.lent_s,
+                  "lane_lent": fake.walls["lane lent"]}))
+"""
+
+
+def test_the_worker_and_the_evaluator_pass_a_loan_back_and_forth():
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, "-c", HARNESS_SCRIPT], cwd=root, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["seen"] == [["compiling", "n1", 1], ["compiled", "n1", 0]]  # the step's nonce on both
+    assert seen["during"] == 0 and seen["after"] == 1  # lent while compiling, held again after
+    assert seen["lent_s"] > 0 and seen["lane_lent"] > 0
+
+
+
+def test_a_candidate_cannot_open_a_loan_itself():
+    """Triton's compile entry point is kevo's wrapper in the worker: a candidate calling it
+    directly (screen off), to have the lane lent while it does device work, is refused."""
+    from fitness import EvalSettings, Evaluator, Status
+    from tests.conftest import PROBLEMS
+
+    seed = (PROBLEMS / "elementwise" / "seed.py").read_text()
+    enter = ("        try:\n            triton.runtime.jit.JITFunction._do_compile(None)\n"
+             "        except Exception:\n            pass\n")
+    source = seed.replace("        out = torch.empty_like(x)\n", enter + "        out = torch.empty_like(x)\n", 1)
+    assert source != seed
+    lane = TimingLane()
+    with Evaluator(PROBLEMS / "elementwise" / "reference.py", platform="cpu",
+                   shapes={"batch_size": 4, "dim": 100}, settings=EvalSettings(screen=False),
+                   lane=lane) as evaluator:
+        result = evaluator.evaluate(source)
+    assert result.status is Status.FORBIDDEN, result.reason
+    assert "_do_compile" in result.reason
+    assert lane._readers == 0 and not lane._writer
