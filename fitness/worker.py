@@ -266,7 +266,7 @@ class Harness:
         chosen: set[int] = set()
         current: dict[str, Any] = {}
         clock = time.perf_counter
-        # where the step's wall time goes (ms), for kevo's own breakdowns: never judged
+        # where the step's wall time goes (seconds), for kevo's own breakdowns: never judged
         phases = dict.fromkeys(("warm-up", "prepare", "input check", "hand-over"), 0.0)
         marks = {"start": clock()}
 
