@@ -260,3 +260,21 @@ def test_a_candidate_cannot_open_a_loan_itself():
     assert result.status is Status.FORBIDDEN, result.reason
     assert "_do_compile" in result.reason
     assert lane._readers == 0 and not lane._writer
+
+
+def test_an_actor_starts_every_slots_worker_when_it_prepares_a_problem():
+    from evolve.actor import EvaluatorActor, EvaluatorSpec
+    from tests.conftest import PROBLEMS
+
+    actor = EvaluatorActor(slots=2)  # the Ray actor's class, called in this process
+    spec = EvaluatorSpec(str(PROBLEMS / "elementwise" / "reference.py"), platform="cpu",
+                         shapes={"batch_size": 4, "dim": 100})
+    try:
+        info = actor.prepare(spec)
+        assert info["platform"] == "cpu"
+        built = actor._all[spec]
+        assert len(built) == 2 and sorted(map(id, actor._free[spec])) == sorted(map(id, built))
+        assert all(e._worker is not None and e._worker.alive() for e in built)  # ready before any evaluation
+        assert built[0].prepared is built[1].prepared  # one prepared problem for both slots
+    finally:
+        actor.close()
