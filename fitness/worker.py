@@ -64,6 +64,7 @@ class Harness:
         self.lending = False  # whether this step may lend the device out while a kernel compiles
         self.lent_s = 0.0  # seconds the device was lent out in this step
         self.hooks = triton_hooks()
+        self.own_threads = {t.ident for t in threading.enumerate()}  # the harness's (the parent watch)
         self.threads_started = 0
         instrument_threads(self)
         self.bounds = self.platform.memory_guard()
@@ -111,9 +112,10 @@ class Harness:
         first start of candidate code inside the compile (a compile-time
         function, a hook) ends the loan. A step that holds the device to itself
         (timing) never lends it; nor does a worker whose Triton hooks the
-        candidate has changed.
+        candidate has changed, or while another thread runs Python (one of the
+        candidate's could launch work while the lane is lent).
         """
-        if not self.lending or not same_hooks(self.hooks, triton_hooks()):
+        if not self.lending or not same_hooks(self.hooks, triton_hooks()) or self._other_threads():
             yield
             return
         self.platform.synchronize()
@@ -134,6 +136,10 @@ class Harness:
         finally:
             take_back()
             self.lending = True
+
+    def _other_threads(self) -> bool:
+        """Whether a thread besides this one and the harness's has Python frames."""
+        return bool(set(sys._current_frames()) - self.own_threads - {threading.get_ident()})
 
     def _interim(self, kind: str) -> None:
         """Tell the evaluator ``kind`` in the middle of a step and wait for its word."""

@@ -208,9 +208,21 @@ def evaluator_side(hold):
         seen.append((message["interim"], message["nonce"], lane._readers))
         wire.send(to_worker_w, answer(message, tensors))
 
+import select, time
+stop = threading.Event()
+busy = threading.Thread(target=lambda: [time.sleep(0.001) for _ in iter(stop.is_set, True)])
+busy.start()  # another thread running Python, as a candidate's could: no loan while it lives
+harness.lending = True
+with harness.compiling():
+    pass
+stop.set()
+busy.join()
+quiet_with_thread = not select.select([from_worker_r], [], [], 0)[0]
+
 with lane.shared() as hold:
     side = threading.Thread(target=evaluator_side, args=(hold,))
     side.start()
+    harness.own_threads.add(side.ident)  # it plays the evaluator, another process in kevo
     harness.lending = True
     with harness.compiling():
         during = lane._readers  # lent out while this runs
@@ -220,6 +232,7 @@ with lane.shared() as hold:
     with harness.compiling():  # a step that does not lend: no messages
         pass
 print(json.dumps({"seen": seen, "during": during, "after": after, "lent_s": harness.lent_s,
+                  "quiet_with_thread": quiet_with_thread,
                   "lane_lent": fake.walls["lane lent"]}))
 """
 
@@ -232,12 +245,13 @@ def test_the_worker_and_the_evaluator_pass_a_loan_back_and_forth():
 
     root = Path(__file__).resolve().parents[1]
     done = subprocess.run([sys.executable, "-c", HARNESS_SCRIPT], cwd=root, capture_output=True, text=True,
-                          timeout=300)
+                          timeout=120)  # a loan nobody answers would hang it
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["seen"] == [["compiling", "n1", 1], ["compiled", "n1", 0]]  # the step's nonce on both
     assert seen["during"] == 0 and seen["after"] == 1  # lent while compiling, held again after
     assert seen["lent_s"] > 0 and seen["lane_lent"] > 0
+    assert seen["quiet_with_thread"]  # no loan asked for while another thread ran Python
 
 
 
