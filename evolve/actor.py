@@ -53,8 +53,10 @@ class EvaluatorActor:
     checking overlap while timing takes the device's one timing lane
     (``fitness.lane``) and runs alone. Evaluators are kept per problem
     (``EvaluatorSpec``), so one pool of actors serves a sweep; only the most
-    recent problems keep theirs. The evaluators of one problem share one
-    ``PreparedProblem`` (its reference, held-out variants and memory plan).
+    recent problems keep theirs, and the workers of the ones forgotten are
+    reset and handed to the next problem's evaluators (a worker takes seconds
+    to start). The evaluators of one problem share one ``PreparedProblem``
+    (its reference, held-out variants and memory plan).
 
     The memory plan decides how many evaluations run at once: as many slots
     as fit in the device's free memory (``PreparedProblem.slots_that_fit``).
@@ -67,7 +69,8 @@ class EvaluatorActor:
     """
 
     # Only the current problem keeps its evaluators: an idle worker of the last one still
-    # holds device memory (its context, its allocator's cache) that the next one may need.
+    # holds device memory (its model, its allocator's cache) that the next one may need;
+    # handed over, it is reset first (Harness.reset), keeping only its context.
     KEEP_PROBLEMS = 1
 
     def __init__(self, home: str | None = None, slots: int = 1) -> None:
@@ -84,6 +87,9 @@ class EvaluatorActor:
         self._free: dict[EvaluatorSpec, list[Evaluator]] = {}
         self._all: dict[EvaluatorSpec, list[Evaluator]] = {}
         self._errors: dict[EvaluatorSpec, Exception] = {}
+        # Workers of a forgotten problem's evaluators, reset, for the next problem's: a worker
+        # takes seconds to start (torch, Triton, the device's context).
+        self._spare: list[Any] = []
 
     def prepare(self, spec: EvaluatorSpec) -> dict[str, Any]:
         """Build the evaluators of ``spec``, one per slot that fits, their workers started
@@ -160,8 +166,12 @@ class EvaluatorActor:
             evaluators = [e for group in self._all.values() for e in group]
             self._all.clear()
             self._free.clear()
+            spare, self._spare = self._spare, []
         for evaluator in evaluators:
             evaluator.close()
+        for worker in spare:
+            worker.kill()
+            worker.close()
 
     def _take(self, spec: EvaluatorSpec) -> Evaluator:
         with self._lock:
@@ -187,6 +197,10 @@ class EvaluatorActor:
             raise
         with self._lock:
             self._all.setdefault(spec, []).append(evaluator)
+            spare = self._spare.pop() if self._spare else None
+        if spare is not None and not evaluator.adopt_worker(spare):
+            spare.kill()
+            spare.close()
         return evaluator
 
     def _give_back(self, spec: EvaluatorSpec, evaluator: Evaluator) -> None:
@@ -197,11 +211,18 @@ class EvaluatorActor:
         evaluator.close()  # its problem was forgotten while it worked
 
     def _forget_old(self, current: EvaluatorSpec) -> None:
-        """Close idle evaluators of all but the most recent problems (called with the lock held)."""
+        """Close idle evaluators of all but the most recent problems, keeping their workers
+        (reset) for the next ones, up to one per slot (called with the lock held)."""
         for spec in list(self._all)[:-self.KEEP_PROBLEMS]:
             if spec == current:
                 continue
             for evaluator in self._free.pop(spec, []):
+                worker = evaluator.hand_over_worker()
+                if worker is not None and len(self._spare) < self.slots:
+                    self._spare.append(worker)
+                elif worker is not None:
+                    worker.kill()
+                    worker.close()
                 evaluator.close()
             self._all.pop(spec)
             self._prepared.pop(spec, None)  # busy evaluators keep theirs until they are closed

@@ -123,7 +123,38 @@ class Evaluator:
                 self.settings.startup_timeout_s, self.settings.memory_limit_bytes,
                 open_shared=self._open_shared,
             )
+            self._worker.kind = self._worker_kind()
         return self._worker
+
+    def _worker_kind(self) -> tuple:
+        """What a worker is started with: a worker of the same kind can serve this evaluator."""
+        return (self.platform.name, getattr(self.platform, "index", 0),
+                tuple(sorted(self.platform.worker_env.items())), self.settings.memory_limit_bytes)
+
+    def hand_over_worker(self) -> WorkerProcess | None:
+        """This evaluator's idle worker, reset (``Harness.reset``), for another problem's
+        evaluator on the same device (``adopt_worker``); None if it has none alive."""
+        worker, self._worker = self._worker, None
+        if worker is None:
+            return None
+        try:
+            if worker.alive() and worker.request({"step": "reset"}, timeout=30)[0].get("ok"):
+                return worker
+        except WorkerGone:
+            pass
+        worker.kill()
+        worker.close()
+        return None
+
+    def adopt_worker(self, worker: WorkerProcess) -> bool:
+        """Take ``worker`` (from ``hand_over_worker``) as this evaluator's, if it has none and
+        the worker is of its kind. It has judged other candidates: a crash is retried on a
+        fresh one, as for any reused worker."""
+        if self._worker is not None or getattr(worker, "kind", None) != self._worker_kind() or not worker.alive():
+            return False
+        worker._open_shared = self._open_shared
+        self._worker, self._served, self._loaded = worker, 1, None
+        return True
 
     def _open_shared(self, shared: dict, dtype: Any, shape: list, pid: int) -> Any:
         with self._timed("hand-over"):

@@ -195,6 +195,14 @@ class Harness:
             raise Refusal("forbidden", "in __init__: " + forbidden_reason(trace.violations))
         return {"ok": True}
 
+    def reset(self) -> dict:
+        """Drop the candidate, its model and the problem, and give all cached device memory
+        back: the worker goes on for another problem's evaluator on this device."""
+        self.module, self.model, self.problem, self.source_hash = None, None, None, ""
+        gc.collect()
+        self.platform.release_memory()
+        return {"ok": True}
+
     def _inputs(self, seed: int, probe: Probe | None = None) -> list:
         return make_inputs(self.problem, seed, self.device, probe)
 
@@ -365,6 +373,8 @@ class Harness:
                                            message["poison"], message["timing"])
             elif step == "ping":
                 reply, tensors = {"ok": True}, []
+            elif step == "reset":
+                reply, tensors = self.reset(), []
             elif step == "info":
                 reply, tensors = {"ok": True, "env": sorted(os.environ)}, []
             else:
