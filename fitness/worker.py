@@ -199,6 +199,8 @@ class Harness:
         """Drop the candidate, its model and the problem, and give all cached device memory
         back: the worker goes on for another problem's evaluator on this device."""
         self.module, self.model, self.problem, self.source_hash = None, None, None, ""
+        for name in [n for n in sys.modules if n.startswith("kevo_candidate_")]:
+            del sys.modules[name]  # what candidates kept at module level goes with them
         gc.collect()
         self.platform.release_memory()
         return {"ok": True}
