@@ -4,7 +4,10 @@ comparisons, timing the reference), for each suite seed.
 
 Each seed is evaluated ``--repeats`` times in one warm evaluator (the first,
 which starts the worker, is left out); the table gives the median seconds of
-each part.
+each part. "lane lent" is the part of the steps spent compiling with the
+timing lane lent out; "time: ..." are the worker's own account of its time
+step (warm-up, the window, and in the window: drawing inputs, the input
+check, handing checked runs over).
 
     python bench/eval_breakdown.py --shape batch_size=2048 --out breakdown.json     # on a GPU machine
     python bench/eval_breakdown.py --device cpu --problems softmax --shape batch_size=4 --shape dim=100
