@@ -36,6 +36,7 @@ from evolve.config import load_config  # noqa: E402
 from evolve.ray_dispatch import RayDispatcher  # noqa: E402
 from evolve.session import evaluator_spec, search_space  # noqa: E402
 from fitness.problem import build_model, load_problem, make_inputs  # noqa: E402
+from fitness.settings import DEFAULT_MAX_ABS_DIFF, EvalSettings  # noqa: E402
 from operators import apply_params  # noqa: E402
 from platforms import TimingSettings, get_platform  # noqa: E402
 
@@ -108,11 +109,12 @@ def bare(config, sources: list[str], passes: int = 1) -> list[dict]:
     platform = get_platform(config.platform.value)
     device = platform.device()
     problem = load_problem(config.problem.reference, config.problem.shapes, config.problem.dtype)
-    reference = build_model(problem.Model, problem, 42, device)
-    inputs = make_inputs(problem, 101, device)
+    settings = EvalSettings()  # the same weights and first fixed inputs as kevo's checks
+    reference = build_model(problem.Model, problem, settings.init_seed, device)
+    inputs = make_inputs(problem, settings.fixed_seeds[0], device)
     with torch.no_grad():
         expected = reference(*inputs)
-    cutoff = config.fitness.max_abs_diff if config.fitness.max_abs_diff is not None else 1e-2
+    cutoff = config.fitness.max_abs_diff if config.fitness.max_abs_diff is not None else DEFAULT_MAX_ABS_DIFF
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for n in range(passes):
@@ -120,7 +122,7 @@ def bare(config, sources: list[str], passes: int = 1) -> list[dict]:
             for i, source in enumerate(sources):
                 t0 = time.perf_counter()
                 ok += bare_one(source, Path(tmp) / f"bare_candidate_{n}_{i}.py", problem, device,
-                               inputs, expected, cutoff)
+                               inputs, expected, cutoff, settings.init_seed)
                 walls.append(time.perf_counter() - t0)
             rows.append({"plan": "bare: one check + do_bench, one warm process" + (f" pass {n + 1}" if passes > 1 else ""),
                          "wall_s": sum(walls), "evals_per_s": len(sources) / sum(walls), "accepted": ok,
@@ -128,7 +130,8 @@ def bare(config, sources: list[str], passes: int = 1) -> list[dict]:
     return rows
 
 
-def bare_one(source: str, path: Path, problem, device: str, inputs: list, expected, cutoff: float) -> bool:
+def bare_one(source: str, path: Path, problem, device: str, inputs: list, expected, cutoff: float,
+             init_seed: int) -> bool:
     """Import ``source`` from ``path``, check it once, ``do_bench`` it; whether it was right."""
     import torch
     import triton.testing
@@ -138,7 +141,7 @@ def bare_one(source: str, path: Path, problem, device: str, inputs: list, expect
     module = importlib.util.module_from_spec(spec)
     sys.modules[path.stem] = module
     spec.loader.exec_module(module)
-    model = build_model(module.ModelNew, problem, 42, device)
+    model = build_model(module.ModelNew, problem, init_seed, device)
     with torch.no_grad():
         good = bool((model(*inputs) - expected).abs().max().item() <= cutoff)
         triton.testing.do_bench(lambda: model(*inputs), return_mode="median")

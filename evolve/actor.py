@@ -170,8 +170,7 @@ class EvaluatorActor:
         for evaluator in evaluators:
             evaluator.close()
         for worker in spare:
-            worker.kill()
-            worker.close()
+            worker.stop()
 
     def _take(self, spec: EvaluatorSpec) -> Evaluator:
         with self._lock:
@@ -199,8 +198,7 @@ class EvaluatorActor:
             self._all.setdefault(spec, []).append(evaluator)
             spare = self._spare.pop() if self._spare else None
         if spare is not None and not evaluator.adopt_worker(spare):
-            spare.kill()
-            spare.close()
+            spare.stop()
         return evaluator
 
     def _give_back(self, spec: EvaluatorSpec, evaluator: Evaluator) -> None:
@@ -221,8 +219,7 @@ class EvaluatorActor:
                 if worker is not None and len(self._spare) < self.slots:
                     self._spare.append(worker)
                 elif worker is not None:
-                    worker.kill()
-                    worker.close()
+                    worker.stop()
                 evaluator.close()
             self._all.pop(spec)
             self._prepared.pop(spec, None)  # busy evaluators keep theirs until they are closed

@@ -57,8 +57,7 @@ class WorkerChannel:
                 return worker
         except WorkerGone:
             pass
-        worker.kill()
-        worker.close()
+        worker.stop()
         return None
 
     def adopt_worker(self, worker: WorkerProcess) -> bool:
@@ -85,8 +84,7 @@ class WorkerChannel:
 
     def _discard_worker(self) -> None:
         if self._worker is not None:
-            self._worker.kill()
-            self._worker.close()
+            self._worker.stop()
             self._worker = None
 
     def _step(self, message: dict[str, Any], meanwhile: Any = None, interim: Any = None) -> tuple[dict[str, Any], list]:

@@ -107,19 +107,18 @@ def instrument_launches(harness: Any, *kernel_classes: type) -> None:
         cls.run = run
 
 
-def instrument_compiles(harness: Any, jit_cls: type) -> bool:
-    """Run each compile of a Triton kernel inside ``harness.compiling()``; False where this
-    Triton has no single compile entry point (compiles then keep the device's lane)."""
+def instrument_compiles(harness: Any, jit_cls: type) -> None:
+    """Run each compile of a Triton kernel inside ``harness.compiling()`` (a Triton with no
+    single compile entry point is left alone: its compiles keep the device's lane)."""
     original = getattr(jit_cls, "_do_compile", None)
     if original is None:
-        return False
+        return
 
     def _do_compile(self_, *args, _original=original, **kwargs):
         with harness.compiling():
             return _original(self_, *args, **kwargs)
 
     jit_cls._do_compile = _do_compile
-    return True
 
 
 def triton_hooks() -> tuple:

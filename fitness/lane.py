@@ -9,8 +9,8 @@ new check starts, so a timing waits at most for the checks already running.
 It also keeps how long the lane was held exclusively (the share of wall time
 the device spent timing: how busy the lane is).
 
-A check's hold can be lent back while its worker compiles a kernel
-(``Hold.lent()``): compiling is host work, and a timing that waited for every
+A check's hold can be given back while its worker compiles a kernel
+(``Hold.release()``, then ``Hold.acquire()``): compiling is host work, and a timing that waited for every
 compile in flight would serialise the compiles of all slots behind it. The
 worker makes sure the device is idle on its side before it asks.
 """
@@ -85,7 +85,7 @@ class TimingLane:
 
 
 class Hold:
-    """One shared hold of a lane; ``lent()`` gives it back for a while."""
+    """One shared hold of a lane, which can be released and taken again (a compile's loan)."""
 
     def __init__(self, lane: "TimingLane | None") -> None:
         self.lane = lane

@@ -189,6 +189,11 @@ class WorkerProcess:
                 pass
             self.process.wait()
 
+    def stop(self) -> None:
+        """Kill the worker now and clean up after it."""
+        self.kill()
+        self.close()
+
     def close(self) -> None:
         for fd in (self.read_fd, self.write_fd):
             try:

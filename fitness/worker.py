@@ -62,7 +62,7 @@ class Harness:
         instrument_launches(self, triton_jit.JITFunction, interpreter.InterpretedFunction)
         instrument_compiles(self, triton_jit.JITFunction)
         self.lending = False  # whether this step may lend the device out while a kernel compiles
-        self.lent_s = 0.0  # seconds the device was lent out in this step
+        self.lent_s = 0.0  # seconds the device was lent out in this step (the evaluator keeps its own count)
         self.hooks = triton_hooks()
         self.own_threads = {t.ident for t in threading.enumerate()}  # the harness's (the parent watch)
         self.threads_started = 0
@@ -121,11 +121,12 @@ class Harness:
         self.platform.synchronize()
         started = time.monotonic()
         self._interim("compiling")
-        lent = [True]
+        lent = True
 
         def take_back() -> None:
-            if lent[0]:
-                lent[0] = False
+            nonlocal lent
+            if lent:
+                lent = False
                 self.lent_s += time.monotonic() - started
                 self._interim("compiled")
 
@@ -381,8 +382,6 @@ class Harness:
                 reply, tensors = {"ok": True, "env": sorted(os.environ)}, []
             else:
                 raise ValueError(f"unknown step {step!r}")
-            if self.lent_s:
-                reply["lent_s"] = self.lent_s
             self.check_tamper()
             self._check_guard()
             # what the caching allocator keeps beyond a little is for the other processes on the device
