@@ -12,7 +12,9 @@ problem's inputs, and returns a *recording*: a JSON-able dict with
   size of one, a parameter);
 - ``kernels``: per Triton kernel, the configs Inductor's autotuner considered
   and the one it picked;
-- ``outputs``, the versions, and eager/compiled runtimes.
+- ``outputs``, the versions, and eager/compiled runtimes (``do_bench``, and
+  ``compiled_protocol_ms``: the compiled model timed the way kevo times a
+  candidate).
 
 ``operators.inductor_seed`` turns a recording into a candidate file; the
 recordings under ``tests/fixtures/inductor/`` were made with this function, so
@@ -94,6 +96,17 @@ def _kernel_configs(tuners: list[Any]) -> dict[str, dict[str, Any]]:
         if str(name) not in kernels or (chosen and not kernels[str(name)]["chosen"]):
             kernels[str(name)] = {"configs": configs, "chosen": chosen}
     return kernels
+
+
+def _protocol_ms(forward: Any) -> float:
+    """``forward``'s median time as kevo's evaluator times a candidate (``Platform.time_runs``:
+    each run on an idle device with a cold cache, its device span), so that torch.compile
+    and kevo's kernels can be compared under one protocol; ``do_bench`` enqueues its runs
+    back to back, which hides the host's time between the launches of one run."""
+    from platforms import get_platform
+
+    platform = get_platform("auto")
+    return platform.time_runs(lambda i, args: forward(), platform.timing).median_ms
 
 
 def capture(path: str | Path, device: str = "cuda", mode: str | None = None, time_it: bool = True,
@@ -200,6 +213,8 @@ def _capture(path: Path, device: str, mode: str | None, time_it: bool, shapes: d
         if time_it:
             entry["eager_ms"] = triton.testing.do_bench(lambda: model(*inputs))
             entry["compiled_ms"] = triton.testing.do_bench(lambda: compiled(*inputs))
+            if device != "cpu":
+                entry["compiled_protocol_ms"] = _protocol_ms(lambda: compiled(*inputs))
     entry["codes"] = list(codes)
     entry["graph_args"] = graphs
     try:

@@ -1,0 +1,162 @@
+"""Where a torch.compile seed's time goes: the same kernels timed four ways.
+
+For each chosen problem of a sweep file, the seed ``seeds: compile`` writes is
+captured (``evolve.seed.compile_seed``) and its forward timed, with eager
+PyTorch and the compiled model beside it:
+
+- ``do_bench``: ``triton.testing.do_bench``, runs enqueued back to back (the
+  host runs ahead of the device, so its time between launches is hidden);
+- ``protocol``: ``Platform.time_runs``, kevo's own protocol outside the
+  evaluator (each run on an idle device with a cold cache; its device span,
+  first to last activity, so the host's time between two launches of one run
+  is counted);
+- ``traced``: the protocol with kevo's dispatch trace around the forward (the
+  ``TorchDispatchMode`` that keeps the computing in Triton);
+- ``kevo``: the evaluator's verdict (``Evaluator.evaluate``: the worker, its
+  guard, fresh inputs each run).
+
+A gap between ``do_bench`` and ``protocol`` is the host inside a run; between
+``protocol`` and ``traced``, the trace; between ``traced`` and ``kevo``, the
+rest of the worker. Trusted code only: the seeds are kevo's own conversion of
+Inductor's output, run in this process outside the sandbox.
+
+    python bench/seed_gap.py bench/kernelbench_compile_sweep.yaml --only 37_Frob 23_Soft 19_ReLU --out gap.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from evolve.seed import SeedError, compile_seed  # noqa: E402
+from evolve.sweep import load_sweep  # noqa: E402
+from fitness import EvalSettings, Evaluator  # noqa: E402
+from fitness.problem import build_model, load_problem, make_inputs  # noqa: E402
+from fitness.trace import INIT_OPS, LAUNCH_OPS, ComputeTrace  # noqa: E402
+from platforms import get_platform  # noqa: E402
+
+WAYS = ("do_bench", "protocol", "traced")
+
+
+def timings(forward, platform, trace_ops: frozenset[str] | None) -> dict[str, float | str | None]:
+    """``forward`` timed by do_bench, by kevo's protocol, and (with ``trace_ops``) by the protocol
+    under the dispatch trace; a forward the trace refuses gets its reason instead."""
+    import torch
+    import triton.testing
+
+    with torch.no_grad():
+        out: dict[str, float | str | None] = {
+            "do_bench": triton.testing.do_bench(forward, return_mode="median"),
+            "protocol": platform.time_runs(lambda i, args: forward(), platform.timing).median_ms,
+            "traced": None,
+        }
+        if trace_ops is not None:
+            def traced() -> None:
+                with ComputeTrace(trace_ops):
+                    forward()
+            try:
+                out["traced"] = platform.time_runs(lambda i, args: traced(), platform.timing).median_ms
+            except Exception as exc:  # the trace refused an op: say which
+                out["traced"] = f"{type(exc).__name__}: {str(exc)[:120]}"
+    return out
+
+
+def measure(reference: str, shapes: dict[str, int] | None, platform) -> dict:
+    import torch
+
+    row: dict = {"problem": Path(reference).stem, "shapes": shapes or {}}
+    started = time.perf_counter()
+    try:
+        seed = compile_seed(reference, shapes=shapes)
+    except SeedError as exc:
+        return {**row, "error": str(exc)}
+    row.update(kernels=len(seed.kernels), capture_s=round(time.perf_counter() - started, 1),
+               compiled_protocol_ms_at_capture=seed.recording.get("compiled_protocol_ms"))
+    with Evaluator(reference, platform="cuda", shapes=shapes) as evaluator:
+        result = evaluator.evaluate(seed.source)
+    row.update(verdict=result.status.value, kevo_ms=result.runtime_ms, eager_kevo_ms=result.reference_ms)
+
+    row.update(_forwards(reference, shapes, seed.source, platform))
+    torch._dynamo.reset()
+    torch.cuda.empty_cache()
+    return row
+
+
+def _forwards(reference: str, shapes: dict[str, int] | None, source: str, platform) -> dict:
+    """Eager, compiled and the seed, each timed three ways, on kevo's first fixed inputs."""
+    import torch
+
+    problem = load_problem(reference, shapes)
+    settings = EvalSettings()  # kevo's weights and first fixed inputs
+    path = Path(tempfile.mkdtemp(prefix="kevo-gap-")) / "kevo_gap_seed.py"  # kept: Triton reads its source
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("kevo_gap_seed", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    inputs = make_inputs(problem, settings.fixed_seeds[0], "cuda")
+    model = build_model(problem.Model, problem, settings.init_seed, "cuda")
+    candidate = build_model(module.ModelNew, problem, settings.init_seed, "cuda")
+    compiled = torch.compile(model, dynamic=True)
+    with torch.no_grad():
+        compiled(*inputs)  # compiled before it is timed
+    return {"eager": timings(lambda: model(*inputs), platform, None),
+            "compiled": timings(lambda: compiled(*inputs), platform, None),
+            "seed": timings(lambda: candidate(*inputs), platform, INIT_OPS | LAUNCH_OPS)}
+
+
+def table(rows: list[dict]) -> str:
+    def ms(value) -> str:
+        return f"{value:.4g}" if isinstance(value, (int, float)) else "-" if value is None else "refused"
+
+    lines = ["| problem | kernels | seed do_bench | seed protocol | seed traced | seed kevo | "
+             "compile do_bench | compile protocol | eager do_bench | eager protocol | eager kevo |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['problem']} | {r['error'][:100]} |" + " |" * 9)
+            continue
+        s, c, e = r["seed"], r["compiled"], r["eager"]
+        lines.append(f"| {r['problem']} | {r['kernels']} | {ms(s['do_bench'])} | {ms(s['protocol'])} | "
+                     f"{ms(s['traced'])} | {ms(r['kevo_ms'])} | {ms(c['do_bench'])} | {ms(c['protocol'])} | "
+                     f"{ms(e['do_bench'])} | {ms(e['protocol'])} | {ms(r['eager_kevo_ms'])} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("sweep", type=Path, help="a sweep file whose entries say the problems and shapes")
+    parser.add_argument("--only", nargs="+", default=[], help="entries whose problem name starts with one of these")
+    parser.add_argument("--out", type=Path, help="write the rows as JSON here, after each problem")
+    args = parser.parse_args()
+    import torch
+
+    if not torch.cuda.is_available():
+        print("seed_gap: needs a GPU (the seeds come from torch.compile on one)", file=sys.stderr)
+        return 2
+    entries = [e for e in load_sweep(args.sweep)
+               if not args.only or any(Path(e.config["problem"]["reference"]).stem.startswith(o) for o in args.only)]
+    if not entries:
+        print(f"seed_gap: no entry of {args.sweep} matches {' '.join(args.only)}", file=sys.stderr)
+        return 2
+    platform = get_platform("cuda")
+    rows = []
+    for i, entry in enumerate(entries):
+        problem = entry.config["problem"]
+        print(f"[{i + 1}/{len(entries)}] {Path(problem['reference']).stem}", file=sys.stderr, flush=True)
+        rows.append(measure(problem["reference"], problem.get("shapes"), platform))
+        if args.out:
+            args.out.write_text(json.dumps(rows, indent=1))
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
