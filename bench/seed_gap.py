@@ -46,9 +46,23 @@ from platforms import get_platform  # noqa: E402
 WAYS = ("do_bench", "protocol", "traced")
 
 
+def host_us(forward, platform, calls: int = 100) -> float:
+    """Host microseconds per call with the calls enqueued back to back (the device's
+    time where it is the slower of the two)."""
+    forward()
+    platform.synchronize()
+    started = time.perf_counter()
+    for _ in range(calls):
+        forward()
+    elapsed = time.perf_counter() - started
+    platform.synchronize()
+    return elapsed / calls * 1e6
+
+
 def timings(forward, platform, trace_ops: frozenset[str] | None) -> dict[str, float | str | None]:
     """``forward`` timed by do_bench, by kevo's protocol, and (with ``trace_ops``) by the protocol
-    under the dispatch trace; a forward the trace refuses gets its reason instead."""
+    under the dispatch trace, with the host's time per call for each; a forward the trace
+    refuses gets its reason instead."""
     import torch
     import triton.testing
 
@@ -56,7 +70,8 @@ def timings(forward, platform, trace_ops: frozenset[str] | None) -> dict[str, fl
         out: dict[str, float | str | None] = {
             "do_bench": triton.testing.do_bench(forward, return_mode="median"),
             "protocol": platform.time_runs(lambda i, args: forward(), platform.timing).median_ms,
-            "traced": None,
+            "host_us": host_us(forward, platform),
+            "traced": None, "traced_host_us": None,
         }
         if trace_ops is not None:
             def traced() -> None:
@@ -64,6 +79,7 @@ def timings(forward, platform, trace_ops: frozenset[str] | None) -> dict[str, fl
                     forward()
             try:
                 out["traced"] = platform.time_runs(lambda i, args: traced(), platform.timing).median_ms
+                out["traced_host_us"] = host_us(traced, platform)
             except Exception as exc:  # the trace refused an op: say which
                 out["traced"] = f"{type(exc).__name__}: {str(exc)[:120]}"
     return out
@@ -90,7 +106,7 @@ def measure(reference: str, shapes: dict[str, int] | None, platform) -> dict:
     return row
 
 
-def _forwards(reference: str, shapes: dict[str, int] | None, source: str, platform) -> dict:
+def _forwards(reference: str, shapes: dict[str, int] | None, source: str, platform, device: str = "cuda") -> dict:
     """Eager, compiled and the seed, each timed three ways, on kevo's first fixed inputs."""
     import torch
 
@@ -101,9 +117,9 @@ def _forwards(reference: str, shapes: dict[str, int] | None, source: str, platfo
     spec = importlib.util.spec_from_file_location("kevo_gap_seed", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    inputs = make_inputs(problem, settings.fixed_seeds[0], "cuda")
-    model = build_model(problem.Model, problem, settings.init_seed, "cuda")
-    candidate = build_model(module.ModelNew, problem, settings.init_seed, "cuda")
+    inputs = make_inputs(problem, settings.fixed_seeds[0], device)
+    model = build_model(problem.Model, problem, settings.init_seed, device)
+    candidate = build_model(module.ModelNew, problem, settings.init_seed, device)
     compiled = torch.compile(model, dynamic=True)
     with torch.no_grad():
         compiled(*inputs)  # compiled before it is timed
@@ -117,16 +133,18 @@ def table(rows: list[dict]) -> str:
         return f"{value:.4g}" if isinstance(value, (int, float)) else "-" if value is None else "refused"
 
     lines = ["| problem | kernels | seed do_bench | seed protocol | seed traced | seed kevo | "
-             "compile do_bench | compile protocol | eager do_bench | eager protocol | eager kevo |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "compile do_bench | compile protocol | eager do_bench | eager protocol | eager kevo | "
+             "host us/call: seed, traced, compile, eager |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
-            lines.append(f"| {r['problem']} | {r['error'][:100]} |" + " |" * 9)
+            lines.append(f"| {r['problem']} | {r['error'][:100]} |" + " |" * 10)
             continue
         s, c, e = r["seed"], r["compiled"], r["eager"]
         lines.append(f"| {r['problem']} | {r['kernels']} | {ms(s['do_bench'])} | {ms(s['protocol'])} | "
                      f"{ms(s['traced'])} | {ms(r['kevo_ms'])} | {ms(c['do_bench'])} | {ms(c['protocol'])} | "
-                     f"{ms(e['do_bench'])} | {ms(e['protocol'])} | {ms(r['eager_kevo_ms'])} |")
+                     f"{ms(e['do_bench'])} | {ms(e['protocol'])} | {ms(r['eager_kevo_ms'])} | "
+                     f"{ms(s['host_us'])}, {ms(s['traced_host_us'])}, {ms(c['host_us'])}, {ms(e['host_us'])} |")
     return "\n".join(lines)
 
 
