@@ -21,6 +21,7 @@ help the candidate.
 from __future__ import annotations
 
 import builtins
+import functools
 import os
 import sys
 import sysconfig
@@ -58,9 +59,19 @@ _PROCESS_EVENTS = ("os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.for
 _STDLIB_CALLABLE = frozenset({"typing.py", "__future__.py"})
 
 
+@functools.lru_cache(maxsize=8192)
+def _real(filename: str) -> str:
+    """``os.path.realpath``, once per file name. The hooks ask about the same few files
+    all the time, and realpath costs a system call per path component: at every audited
+    event of a timed run (a Triton launch raises some) the run would pay for it. A
+    candidate cannot change what a loaded file's name resolves to (it may not touch
+    the file system)."""
+    return os.path.realpath(filename)
+
+
 def _package_of(filename: str) -> str:
     """'torch', 'triton', 'numpy', ... for a file under site-packages; '' otherwise."""
-    path = os.path.realpath(filename)
+    path = _real(filename)
     for site in _SITE_DIRS:
         if path.startswith(site):
             return path[len(site):].split(os.sep, 1)[0]
@@ -70,7 +81,7 @@ def _package_of(filename: str) -> str:
 def _is_stdlib(filename: str) -> bool:
     if filename.startswith("<frozen"):
         return True
-    path = os.path.realpath(filename)
+    path = _real(filename)
     return path.startswith(_STDLIB_DIRS) and not path.startswith(_SITE_DIRS)
 
 
@@ -128,7 +139,7 @@ class Guard:
             self._in_hook = False
 
     def _is_harness(self, frame: Any) -> bool:
-        return frame is not None and os.path.dirname(os.path.realpath(frame.f_code.co_filename)) == os.path.dirname(os.path.realpath(__file__))
+        return frame is not None and os.path.dirname(_real(frame.f_code.co_filename)) == os.path.dirname(_real(__file__))
 
     # -- the profile hook -------------------------------------------------------
 

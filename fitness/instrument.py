@@ -95,12 +95,16 @@ def instrument_launches(harness: Any, *kernel_classes: type) -> None:
             # Inside a launch only Triton runs (its interpreter on the CPU
             # executes the kernel as Python): the call profile would cost
             # more than the kernel and sees nothing of the candidate's.
+            # Only where a profile is on (checked calls): each sys.setprofile is an audited
+            # event, and the guard's audit hook would charge it to a timed run's launches.
             profile = sys.getprofile()
-            sys.setprofile(None)
+            if profile is not None:
+                sys.setprofile(None)
             try:
                 return _original(self_, *args, **kwargs)
             finally:
-                sys.setprofile(profile)
+                if sys.getprofile() is not profile:
+                    sys.setprofile(profile)
                 if trace is not None:
                     trace.launch_depth -= 1
 

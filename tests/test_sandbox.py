@@ -163,3 +163,46 @@ evaluator.evaluate(sys.stdin.read())
         time.sleep(0.2)
     assert not os.path.exists(f"/proc/{pid}"), "the worker outlived its evaluator"
     assert not os.path.exists(spill_dir)
+
+
+LAUNCH_AUDIT = r'''
+import sys, types
+from fitness.instrument import instrument_launches
+
+events = []
+sys.addaudithook(lambda event, args: events.append(event) if event == "sys.setprofile" else None)
+seen = []
+
+class Kernel:
+    def run(self, *args, **kwargs):
+        seen.append(sys.getprofile())
+        return "launched"
+
+holder = types.SimpleNamespace(launches=0, trace=None)
+instrument_launches(holder, Kernel)
+assert Kernel().run() == "launched" and holder.launches == 1
+assert events == [], events  # no profile on (a timed run): nothing audited for the launch
+def profile(frame, event, arg):
+    return None
+sys.setprofile(profile)
+events.clear()
+Kernel().run()
+restored, audited = sys.getprofile() is profile, list(events)
+sys.setprofile(None)
+assert seen == [None, None] and restored, (seen, restored)  # a checked call's launch runs without it
+assert len(audited) == 2, audited
+print("ok")
+'''
+
+
+def test_a_launch_in_a_timed_run_raises_no_audited_event():
+    """The guard's audit hook walks the stack at every audited event of the worker; a
+    launch must not raise one where no profile is on (each would be charged to a
+    timed run), and must still run without the profile hook where one is."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    done = subprocess.run([sys.executable, "-c", LAUNCH_AUDIT], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
