@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import sys
 import time
 from pathlib import Path
@@ -33,8 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.seed_gap import each_problem  # noqa: E402
 from evolve.seed import SeedError, compile_seed  # noqa: E402
-from evolve.sweep import load_sweep  # noqa: E402
 from fitness import EvalSettings  # noqa: E402
 from fitness.worker import Harness  # noqa: E402
 
@@ -150,19 +149,11 @@ def main() -> int:
     parser.add_argument("--platform", default="cuda")
     parser.add_argument("--out", type=Path, help="write the rows as JSON here, after each problem")
     args = parser.parse_args()
-    entries = [e for e in load_sweep(args.sweep)
-               if not args.only or any(Path(e.config["problem"]["reference"]).stem.startswith(o) for o in args.only)]
-    if not entries:
-        print(f"harness_layers: no entry of {args.sweep} matches {' '.join(args.only)}", file=sys.stderr)
-        return 2
     harness = Harness(args.platform, 0)
-    rows = []
-    for i, entry in enumerate(entries):
-        problem = entry.config["problem"]
-        print(f"[{i + 1}/{len(entries)}] {Path(problem['reference']).stem}", file=sys.stderr, flush=True)
-        rows.append(measure(harness, problem["reference"], problem.get("shapes")))
-        if args.out:
-            args.out.write_text(json.dumps(rows, indent=1))
+    rows = each_problem("harness_layers", args.sweep, args.only, args.out,
+                        lambda reference, shapes: measure(harness, reference, shapes))
+    if rows is None:
+        return 2
     print(table(rows))
     return 0
 

@@ -148,6 +148,25 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def each_problem(tool: str, sweep: Path, only: list[str], out: Path | None, measure) -> list[dict] | None:
+    """``measure(reference, shapes)`` for each entry of ``sweep`` whose problem name starts with
+    one of ``only`` (all if empty), with a progress line each and the rows written to ``out`` as
+    they come; None (said on stderr) when no entry matches."""
+    entries = [e for e in load_sweep(sweep)
+               if not only or any(Path(e.config["problem"]["reference"]).stem.startswith(o) for o in only)]
+    if not entries:
+        print(f"{tool}: no entry of {sweep} matches {' '.join(only)}", file=sys.stderr)
+        return None
+    rows = []
+    for i, entry in enumerate(entries):
+        problem = entry.config["problem"]
+        print(f"[{i + 1}/{len(entries)}] {Path(problem['reference']).stem}", file=sys.stderr, flush=True)
+        rows.append(measure(problem["reference"], problem.get("shapes")))
+        if out:
+            out.write_text(json.dumps(rows, indent=1))
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sweep", type=Path, help="a sweep file whose entries say the problems and shapes")
@@ -159,19 +178,11 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("seed_gap: needs a GPU (the seeds come from torch.compile on one)", file=sys.stderr)
         return 2
-    entries = [e for e in load_sweep(args.sweep)
-               if not args.only or any(Path(e.config["problem"]["reference"]).stem.startswith(o) for o in args.only)]
-    if not entries:
-        print(f"seed_gap: no entry of {args.sweep} matches {' '.join(args.only)}", file=sys.stderr)
-        return 2
     platform = get_platform("cuda")
-    rows = []
-    for i, entry in enumerate(entries):
-        problem = entry.config["problem"]
-        print(f"[{i + 1}/{len(entries)}] {Path(problem['reference']).stem}", file=sys.stderr, flush=True)
-        rows.append(measure(problem["reference"], problem.get("shapes"), platform))
-        if args.out:
-            args.out.write_text(json.dumps(rows, indent=1))
+    rows = each_problem("seed_gap", args.sweep, args.only, args.out,
+                        lambda reference, shapes: measure(reference, shapes, platform))
+    if rows is None:
+        return 2
     print(table(rows))
     return 0
 
