@@ -98,15 +98,16 @@ def _kernel_configs(tuners: list[Any]) -> dict[str, dict[str, Any]]:
     return kernels
 
 
-def _protocol_ms(forward: Any) -> float:
-    """``forward``'s median time as kevo's evaluator times a candidate (``Platform.time_runs``:
-    each run on an idle device with a cold cache, its device span), so that torch.compile
-    and kevo's kernels can be compared under one protocol; ``do_bench`` enqueues its runs
-    back to back, which hides the host's time between the launches of one run."""
+def _protocol_ms(forward: Any, inputs: Any) -> float:
+    """``forward(inputs(i))``'s median time as kevo's evaluator times a candidate
+    (``Platform.time_runs``: each run on an idle device with a cold cache and inputs of its
+    own, drawn before the run; its device span), so that torch.compile and kevo's kernels
+    are compared under one protocol; ``do_bench`` enqueues its runs back to back on one
+    set of inputs, which hides the host's time between the launches of one run."""
     from platforms import get_platform
 
     platform = get_platform("auto")
-    return platform.time_runs(lambda i, args: forward(), platform.timing).median_ms
+    return platform.time_runs(lambda i, args: forward(args), platform.timing, inputs).median_ms
 
 
 def capture(path: str | Path, device: str = "cuda", mode: str | None = None, time_it: bool = True,
@@ -214,7 +215,8 @@ def _capture(path: Path, device: str, mode: str | None, time_it: bool, shapes: d
             entry["eager_ms"] = triton.testing.do_bench(lambda: model(*inputs))
             entry["compiled_ms"] = triton.testing.do_bench(lambda: compiled(*inputs))
             if device != "cpu":
-                entry["compiled_protocol_ms"] = _protocol_ms(lambda: compiled(*inputs))
+                entry["compiled_protocol_ms"] = _protocol_ms(
+                    lambda args: compiled(*args), lambda i: make_inputs(problem, 1000 + i, device))
     entry["codes"] = list(codes)
     entry["graph_args"] = graphs
     try:

@@ -270,13 +270,21 @@ def test_the_capture_reads_configs_from_this_problems_module_only(tmp_path, monk
 
 
 def test_torch_compile_is_also_timed_under_kevos_protocol_which_counts_the_host_inside_a_run():
-    """do_bench enqueues runs back to back; kevo times each run from an idle device, so the
-    host's time between launches is the run's. The capture's second figure is taken that way."""
+    """do_bench enqueues runs back to back; kevo times each run from an idle device, on inputs
+    drawn for it, so the host's time between launches is the run's. The capture's second
+    figure is taken that way."""
     import time
 
     from evolve.inductor_capture import _protocol_ms
 
-    assert _protocol_ms(lambda: time.sleep(0.003)) >= 2.9
+    drawn = []
+
+    def inputs(i: int) -> list:
+        drawn.append(i)
+        return [i]
+
+    assert _protocol_ms(lambda args: time.sleep(0.003), inputs) >= 2.9
+    assert len(set(drawn)) == len(drawn) >= 3  # every run, warm-up included, on inputs of its own
 
 
 def test_the_sweep_table_compares_like_with_like(tmp_path):
