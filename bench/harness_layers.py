@@ -146,9 +146,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sweep", type=Path, help="a sweep file whose entries say the problems and shapes")
     parser.add_argument("--only", nargs="+", default=[], help="entries whose problem name starts with one of these")
-    parser.add_argument("--platform", default="cuda")
+    parser.add_argument("--platform", default="cuda", help="kevo's platform for the harness (cuda or rocm)")
     parser.add_argument("--out", type=Path, help="write the rows as JSON here, after each problem")
     args = parser.parse_args()
+    import torch
+
+    if not torch.cuda.is_available():
+        print("harness_layers: needs a GPU (the seeds come from torch.compile on one)", file=sys.stderr)
+        return 2
     harness = Harness(args.platform, 0)
     rows = each_problem("harness_layers", args.sweep, args.only, args.out,
                         lambda reference, shapes: measure(harness, reference, shapes))
