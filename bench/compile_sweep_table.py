@@ -73,8 +73,11 @@ def run_row(run_dir: Path) -> dict:
     return row
 
 
-def _geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(x) for x in values) / len(values))
+def _summary(ratios: list[float]) -> tuple[int, str, str]:
+    """How many of ``ratios`` (compile / best) are above 1, that share, and their geometric mean."""
+    faster = sum(1 for x in ratios if x > 1.0)
+    geomean = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
+    return faster, f"{faster / len(ratios):.0%}", f"{geomean:.3f}x"
 
 
 def main() -> int:
@@ -103,18 +106,18 @@ def main() -> int:
               f"{ratio(r.get('best_vs_do_bench'))} | {seed} |")
     ratios = [r["best_vs_compile"] for r in rows if r.get("best_vs_compile")]
     if ratios:
-        faster = sum(1 for x in ratios if x > 1.0)
         like = sum(1 for r in rows if r.get("best_vs_compile") and r.get("compiled_protocol_ms"))
         how = ("torch.compile timed under kevo's protocol" if like == len(ratios) else
                f"{like} of them with torch.compile timed under kevo's protocol, the rest by do_bench only")
+        faster, share, geomean = _summary(ratios)
         print(f"\n{len(ratios)} of {len(rows)} problems with an accepted kernel and a torch.compile time ({how}); "
-              f"best faster than torch.compile on {faster} ({faster / len(ratios):.0%}); geometric mean of "
-              f"torch.compile / best: {_geomean(ratios):.3f}x")
+              f"best faster than torch.compile on {faster} ({share}); geometric mean of "
+              f"torch.compile / best: {geomean}")
     against = [r["best_vs_do_bench"] for r in rows if r.get("best_vs_do_bench")]
     if against:
-        faster = sum(1 for x in against if x > 1.0)
+        faster, share, geomean = _summary(against)
         print(f"against torch.compile's do_bench time: best faster on {faster} of {len(against)} "
-              f"({faster / len(against):.0%}); geometric mean {_geomean(against):.3f}x")
+              f"({share}); geometric mean {geomean}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     return 0

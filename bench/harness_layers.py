@@ -23,7 +23,6 @@ pays for under kevo. Trusted code only (kevo's own seeds).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import sys
 import time
@@ -143,24 +142,14 @@ def table(rows: list[dict]) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("sweep", type=Path, help="a sweep file whose entries say the problems and shapes")
-    parser.add_argument("--only", nargs="+", default=[], help="entries whose problem name starts with one of these")
-    parser.add_argument("--platform", default="cuda", help="kevo's platform for the harness (cuda or rocm)")
-    parser.add_argument("--out", type=Path, help="write the rows as JSON here, after each problem")
-    args = parser.parse_args()
-    import torch
+    def add_arguments(parser) -> None:
+        parser.add_argument("--platform", default="cuda", help="kevo's platform for the harness (cuda or rocm)")
 
-    if not torch.cuda.is_available():
-        print("harness_layers: needs a GPU (the seeds come from torch.compile on one)", file=sys.stderr)
-        return 2
-    harness = Harness(args.platform, 0)
-    rows = each_problem("harness_layers", args.sweep, args.only, args.out,
-                        lambda reference, shapes: measure(harness, reference, shapes))
-    if rows is None:
-        return 2
-    print(table(rows))
-    return 0
+    def make_measure(args):
+        harness = Harness(args.platform, 0)
+        return lambda reference, shapes: measure(harness, reference, shapes)
+
+    return each_problem("harness_layers", __doc__.splitlines()[0], make_measure, table, add_arguments)
 
 
 if __name__ == "__main__":

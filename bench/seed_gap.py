@@ -148,43 +148,47 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def each_problem(tool: str, sweep: Path, only: list[str], out: Path | None, measure) -> list[dict] | None:
-    """``measure(reference, shapes)`` for each entry of ``sweep`` whose problem name starts with
-    one of ``only`` (all if empty), with a progress line each and the rows written to ``out`` as
-    they come; None (said on stderr) when no entry matches."""
-    entries = [e for e in load_sweep(sweep)
-               if not only or any(Path(e.config["problem"]["reference"]).stem.startswith(o) for o in only)]
+def each_problem(tool: str, description: str, make_measure, table, add_arguments=None) -> int:
+    """The main of a bench over a sweep file's problems (this one's and ``harness_layers``'):
+    its arguments (the sweep file, ``--only`` prefixes of problem names, ``--out`` for the
+    rows as JSON, written as they come, and what ``add_arguments(parser)`` adds), then
+    ``make_measure(args)(reference, shapes)`` for each chosen problem with a progress line,
+    then ``table(rows)``. Exit 2, said on stderr, without a GPU or a matching entry."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("sweep", type=Path, help="a sweep file whose entries say the problems and shapes")
+    parser.add_argument("--only", nargs="+", default=[], help="entries whose problem name starts with one of these")
+    parser.add_argument("--out", type=Path, help="write the rows as JSON here, after each problem")
+    if add_arguments is not None:
+        add_arguments(parser)
+    args = parser.parse_args()
+    import torch
+
+    if not torch.cuda.is_available():
+        print(f"{tool}: needs a GPU (the seeds come from torch.compile on one)", file=sys.stderr)
+        return 2
+    entries = [e for e in load_sweep(args.sweep)
+               if not args.only or any(Path(e.config["problem"]["reference"]).stem.startswith(o) for o in args.only)]
     if not entries:
-        print(f"{tool}: no entry of {sweep} matches {' '.join(only)}", file=sys.stderr)
-        return None
+        print(f"{tool}: no entry of {args.sweep} matches {' '.join(args.only)}", file=sys.stderr)
+        return 2
+    measure = make_measure(args)
     rows = []
     for i, entry in enumerate(entries):
         problem = entry.config["problem"]
         print(f"[{i + 1}/{len(entries)}] {Path(problem['reference']).stem}", file=sys.stderr, flush=True)
         rows.append(measure(problem["reference"], problem.get("shapes")))
-        if out:
-            out.write_text(json.dumps(rows, indent=1))
-    return rows
+        if args.out:
+            args.out.write_text(json.dumps(rows, indent=1))
+    print(table(rows))
+    return 0
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("sweep", type=Path, help="a sweep file whose entries say the problems and shapes")
-    parser.add_argument("--only", nargs="+", default=[], help="entries whose problem name starts with one of these")
-    parser.add_argument("--out", type=Path, help="write the rows as JSON here, after each problem")
-    args = parser.parse_args()
-    import torch
+    def make_measure(args):
+        platform = get_platform("cuda")
+        return lambda reference, shapes: measure(reference, shapes, platform)
 
-    if not torch.cuda.is_available():
-        print("seed_gap: needs a GPU (the seeds come from torch.compile on one)", file=sys.stderr)
-        return 2
-    platform = get_platform("cuda")
-    rows = each_problem("seed_gap", args.sweep, args.only, args.out,
-                        lambda reference, shapes: measure(reference, shapes, platform))
-    if rows is None:
-        return 2
-    print(table(rows))
-    return 0
+    return each_problem("seed_gap", __doc__.splitlines()[0], make_measure, table)
 
 
 if __name__ == "__main__":

@@ -118,17 +118,18 @@ class WorkerChannel:
     def _lending(self, hold: Hold) -> Any:
         """The answer to a worker that lends the lane out while it compiles, and takes it
         back (``Harness.compiling``): anything else in the middle of the step is forged."""
-        lent_at = [0.0]
+        lent_at = 0.0
 
         def answer(reply: dict[str, Any], tensors: list) -> dict[str, Any]:
+            nonlocal lent_at
             kind = reply.get("interim")
             if kind == "compiling" and hold.held and not tensors:
                 self.platform.synchronize()  # the reference's work for this check is done too
                 hold.release()
-                lent_at[0] = time.monotonic()
+                lent_at = time.monotonic()
             elif kind == "compiled" and not hold.held and not tensors:
                 hold.acquire()  # waits for a timing in progress
-                self.walls["lane lent"] += time.monotonic() - lent_at[0]
+                self.walls["lane lent"] += time.monotonic() - lent_at
             else:
                 raise WorkerGone("forbidden", "the worker sent a message its step does not have")
             return {"step": "continue"}
