@@ -38,8 +38,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from evolve.config import config_from_dict  # noqa: E402
-from evolve.loop import Search, run_search  # noqa: E402
-from evolve.ray_dispatch import EvaluatorSpec, RayDispatcher, start_ray  # noqa: E402
+from evolve.search.loop import Search, run_search  # noqa: E402
+from evolve.dispatch.ray import EvaluatorSpec, RayDispatcher, start_ray  # noqa: E402
 from evolve.session import search_space  # noqa: E402
 from population_store import RunStore  # noqa: E402
 

@@ -1,7 +1,7 @@
 """What each layer of the worker's harness costs a timed run, peeled off one at a time.
 
 The real ``fitness.worker.Harness`` is built in this process and loads the
-torch.compile seed of each chosen problem (``evolve.seed.compile_seed``) with
+torch.compile seed of each chosen problem (``evolve.capture.seed.compile_seed``) with
 its own ``load`` step; then its forward (``Harness._run``, as the time step
 runs it) is timed under kevo's protocol (``Platform.time_runs``, device
 spans), first with every layer on, then with one more layer taken away each
@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.seed_gap import each_problem  # noqa: E402
-from evolve.seed import SeedError, compile_seed  # noqa: E402
+from evolve.capture.seed import SeedError, compile_seed  # noqa: E402
 from fitness import EvalSettings  # noqa: E402
 from fitness.worker import Harness  # noqa: E402
 

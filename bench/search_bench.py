@@ -7,7 +7,7 @@ from its seed, as a run resolves it) is evaluated once with one evaluator, and
 each verdict is written to the --cache JSON file as it lands, so a killed run
 resumes where it stopped and a later run with the same cache evaluates
 nothing. Each strategy is then replayed against that table: kevo's own search
-loop (``evolve.loop.run_search`` with the real selection and variation, fed by
+loop (``evolve.search.loop.run_search`` with the real selection and variation, fed by
 a dispatcher whose evaluator looks verdicts up), random search without
 replacement, and grid order.
 
@@ -42,8 +42,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench.shapes import apply_shapes  # noqa: E402
 from evolve.config import Config, ConfigError, PlatformName, load_config  # noqa: E402
-from evolve.dispatch import InProcessDispatcher, evaluator_info  # noqa: E402
-from evolve.loop import Search, SearchError, run_search  # noqa: E402
+from evolve.dispatch.base import InProcessDispatcher, evaluator_info  # noqa: E402
+from evolve.search.loop import Search, SearchError, run_search  # noqa: E402
 from evolve.session import make_dispatcher, search_space  # noqa: E402
 from fitness import CutoffError, EvalResult, ProblemError  # noqa: E402
 from fitness.profiling import problem_work  # noqa: E402

@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.shapes import apply_shapes  # noqa: E402
 from evolve.config import load_config  # noqa: E402
-from evolve.ray_dispatch import RayDispatcher  # noqa: E402
+from evolve.dispatch.ray import RayDispatcher  # noqa: E402
 from evolve.session import evaluator_spec, search_space  # noqa: E402
 from fitness.problem import build_model, load_problem, make_inputs  # noqa: E402
 from fitness.settings import DEFAULT_MAX_ABS_DIFF, EvalSettings  # noqa: E402

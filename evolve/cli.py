@@ -12,9 +12,9 @@ from pathlib import Path
 from rich.console import Console
 
 from evolve.config import ConfigError
-from evolve.loop import SearchError
+from evolve.search.loop import SearchError
 from evolve.progress import Progress
-from evolve.ray_dispatch import RayUnavailable
+from evolve.dispatch.ray import RayUnavailable
 from evolve.report import PLOT_FILE, build_report, format_counts, print_report, write_plot
 from evolve.session import RunError, default_run_dir, open_store, resume_run, start_run
 from evolve.sweep import (SharedPool, format_summary, load_sweep, run_sweep, stored_entries, summary_dict,
@@ -233,7 +233,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_seed(args: argparse.Namespace) -> int:
-    from evolve.seed import SeedError, compile_seed, describe
+    from evolve.capture.seed import SeedError, compile_seed, describe
 
     _read(args.problem, "problem file")
     try:

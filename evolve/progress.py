@@ -15,7 +15,7 @@ from rich.live import Live
 from rich.text import Text
 
 from evolve.config import Config
-from evolve.population import Candidate
+from evolve.search.population import Candidate
 from evolve.session import Observer
 from evolve.report import format_counts
 from population_store import PENDING, RunStore

@@ -13,9 +13,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from evolve.loop import STATE_KEY
-from evolve.steering import FALLBACK_EVENT, selector_table
-from evolve.variation import FAILED_EVENT
+from evolve.search.loop import STATE_KEY
+from evolve.search.steering import FALLBACK_EVENT, selector_table
+from evolve.search.variation import FAILED_EVENT
 from population_store import ACCEPTED, PENDING, Individual, RunStore
 
 PLOT_FILE = "progress.png"

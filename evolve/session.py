@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from evolve.config import Config, ConfigError, PlatformName, config_from_dict, load_config
-from evolve.dispatch import Dispatcher, InProcessDispatcher, evaluator_info
-from evolve.loop import Search, run_search
-from evolve.population import Candidate
-from evolve.ray_dispatch import EvaluatorSpec, RayDispatcher
-from evolve.variation import seed_space
+from evolve.dispatch.base import Dispatcher, InProcessDispatcher, evaluator_info
+from evolve.search.loop import Search, run_search
+from evolve.search.population import Candidate
+from evolve.dispatch.ray import EvaluatorSpec, RayDispatcher
+from evolve.search.variation import seed_space
 from fitness import EvalSettings, Evaluator, screen, shape_knobs
 from operators import (
     OFFLINE_MESSAGE,
@@ -263,7 +263,7 @@ def _read_seeds(config: Config, run_dir: Path | None = None) -> list[str]:
     """The seeds' sources; for ``seeds: compile``, written from torch.compile's Triton now (and,
     with ``run_dir``, kept there with what Inductor wrote)."""
     if config.problem.compile_seed:
-        from evolve.seed import SeedError, compile_seed
+        from evolve.capture.seed import SeedError, compile_seed
 
         problem = config.problem
         try:

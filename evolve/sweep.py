@@ -18,7 +18,7 @@ A sweep file names problems and the settings they share::
 Each problem (and variant) is a run of its own, with its own store, in
 ``SWEEP_DIR/NNN-name/`` next to the config it was started from; the runs go
 one after another on one pool of Ray actors (each actor keeps the evaluators
-of the current problem warm, see ``evolve.ray_dispatch``). Running the same
+of the current problem warm, see ``evolve.dispatch.ray``). Running the same
 sweep again into the same directory (or ``kevo resume SWEEP_DIR``) skips the
 runs that finished, resumes the one that was cut short and starts the rest.
 The summary speaks the field's language: the fraction of problems with a
@@ -43,7 +43,7 @@ from typing import Any
 import yaml
 
 from evolve.config import COMPILE_SEEDS, ConfigError, config_from_dict
-from evolve.dispatch import Dispatcher
+from evolve.dispatch.base import Dispatcher
 
 log = logging.getLogger(__name__)
 
@@ -327,7 +327,7 @@ def _ended(run_dir: Path, file: str, outcome: Outcome) -> Outcome:
 
 def _is_users(exc: Exception) -> bool:
     """Errors that belong to one problem (its files, its reference, its seeds), not to kevo."""
-    from evolve.loop import SearchError
+    from evolve.search.loop import SearchError
     from evolve.session import RunError
     from fitness import CutoffError, ProblemError
 
@@ -452,7 +452,7 @@ class SharedPool:
 
     @contextlib.contextmanager
     def __call__(self, config: Any) -> Iterator[tuple[Dispatcher, dict[str, Any]]]:
-        from evolve.ray_dispatch import RayDispatcher
+        from evolve.dispatch.ray import RayDispatcher
         from evolve.session import evaluator_spec, make_dispatcher, uses_ray
 
         if not uses_ray(config):

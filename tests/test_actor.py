@@ -1,4 +1,4 @@
-"""The evaluator actor (evolve.actor) in this process: its slots' workers, and the
+"""The evaluator actor (evolve.dispatch.actor) in this process: its slots' workers, and the
 workers it hands from one problem to the next."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import dataclasses
 
 from tests.conftest import PROBLEMS
 
-from evolve.actor import EvaluatorActor, EvaluatorSpec
+from evolve.dispatch.actor import EvaluatorActor, EvaluatorSpec
 from fitness import EvalSettings, Status
 
 

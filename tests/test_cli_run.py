@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from evolve.loop import STATE_KEY
+from evolve.search.loop import STATE_KEY
 from population_store import Individual, RunStore, source_hash
 from tests.conftest import PROBLEMS, ROOT
 

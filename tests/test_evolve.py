@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 
 from evolve.config import OperatorName, OperatorsConfig, config_from_dict
-from evolve.dispatch import InProcessDispatcher
-from evolve.loop import STATE_KEY, Search, SearchError, run_search
-from evolve.population import Candidate, RuntimeFitness, select_parents, survivors
+from evolve.dispatch.base import InProcessDispatcher
+from evolve.search.loop import STATE_KEY, Search, SearchError, run_search
+from evolve.search.population import Candidate, RuntimeFitness, select_parents, survivors
 from evolve.report import build_report, write_plot
 from evolve.session import default_run_dir, search_space, start_run
-from evolve.variation import vary
+from evolve.search.variation import vary
 from fitness import EvalResult, Status
 from operators import CROSSOVER, MUTATION, apply_params, params_of, resolve_space
 from population_store import RunStore, source_hash

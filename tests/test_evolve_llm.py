@@ -16,8 +16,8 @@ import sqlite3
 import pytest
 
 from evolve.config import config_from_dict
-from evolve.dispatch import InProcessDispatcher
-from evolve.loop import STATE_KEY, Search, SearchError, run_search
+from evolve.dispatch.base import InProcessDispatcher
+from evolve.search.loop import STATE_KEY, Search, SearchError, run_search
 from evolve.report import build_report
 from evolve.session import (
     SETUP_KEY,
@@ -28,7 +28,7 @@ from evolve.session import (
     search_space,
     start_run,
 )
-from evolve.variation import FAILED_EVENT
+from evolve.search.variation import FAILED_EVENT
 from operators import BUDGET_EXHAUSTED, LLM_CROSSOVER, LLM_MUTATION, LLM_SEED, MUTATION
 from population_store import RunStore
 from tests.conftest import PROBLEMS, SMALL_SHAPES

@@ -12,12 +12,12 @@ import pytest
 from rich.console import Console
 
 from evolve.config import OperatorName, OperatorsConfig
-from evolve.dispatch import InProcessDispatcher
-from evolve.loop import STATE_KEY
-from evolve.ray_dispatch import EvaluatorActor, EvaluatorSpec
+from evolve.dispatch.base import InProcessDispatcher
+from evolve.search.loop import STATE_KEY
+from evolve.dispatch.ray import EvaluatorActor, EvaluatorSpec
 from evolve.report import build_report, print_report
 from evolve.session import make_evaluator, start_run
-from evolve.steering import FALLBACK_EVENT, Steering
+from evolve.search.steering import FALLBACK_EVENT, Steering
 from fitness import Evaluator
 from fitness.lane import TimingLane
 from operators import CROSSOVER, MUTATION, params_of

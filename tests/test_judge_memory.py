@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import fitness.compare as compare_module
-from evolve.actor import EvaluatorActor, EvaluatorSpec
+from evolve.dispatch.actor import EvaluatorActor, EvaluatorSpec
 from fitness import EvalResult, Evaluator, EvalSettings, ProblemError, Status
 from fitness.compare import CutoffError, check_cutoff, compare
 from platforms.cuda import _checked_share

@@ -1,4 +1,4 @@
-"""Evaluation on Ray actors (evolve.ray_dispatch), on CPU actors.
+"""Evaluation on Ray actors (evolve.dispatch.ray), on CPU actors.
 
 Ray starts once for the whole module (2 CPUs); one dispatcher with two CPU
 actors serves the dispatch tests. Candidates that must stay in flight while an
@@ -29,7 +29,7 @@ from fitness import CutoffError, EvalSettings, Status
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'ray>=2.50')")
 
-from evolve.ray_dispatch import EvaluatorSpec, RayDispatcher, _actor_plan, start_ray  # noqa: E402
+from evolve.dispatch.ray import EvaluatorSpec, RayDispatcher, _actor_plan, start_ray  # noqa: E402
 from platforms import PlatformUnavailable  # noqa: E402
 
 ATTACKS = Path(__file__).parent / "attacks"
@@ -52,7 +52,7 @@ def spec(**overrides) -> EvaluatorSpec:
 
 PROBE = textwrap.dedent("""
     import os
-    from evolve.ray_dispatch import start_ray
+    from evolve.dispatch.ray import start_ray
     start_ray(num_cpus=1)
     import ray
 
@@ -218,7 +218,7 @@ def test_which_dispatcher_the_config_chooses(platform, cluster, expected):
 
 FAKE_GPUS = textwrap.dedent("""
     import json, os
-    from evolve.ray_dispatch import EvaluatorSpec, RayDispatcher, start_ray
+    from evolve.dispatch.ray import EvaluatorSpec, RayDispatcher, start_ray
     from fitness import EvalResult, Status
 
     class SeesItsDevice:

@@ -1,11 +1,11 @@
 """Reading what Inductor wrote: its Triton kernels and its call().
 
-The first half of ``operators.inductor_seed``: ``_Kernel`` reads one kernel of a
+The first half of ``operators.seeds.convert``: ``_Kernel`` reads one kernel of a
 recording (its function, heuristics kind, grid type and the config to launch it
 with; a max-autotune matmul template gets its tiles made launch parameters),
 and ``_CallRewriter`` turns Inductor's ``call()`` into plain PyTorch
 allocations and ``kernel[grid](...)`` launches. Copying the runtime helpers the
-kernels call is ``operators.inductor_helpers``.
+kernels call is ``operators.seeds.helpers``.
 """
 
 from __future__ import annotations

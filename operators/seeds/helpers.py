@@ -12,7 +12,7 @@ import ast
 import functools
 import inspect
 
-from operators.inductor_code import ConversionError
+from operators.seeds.code import ConversionError
 
 #: Prefix of the Inductor runtime helpers copied into a seed.
 HELPER_PREFIX = "helper_"

@@ -1,8 +1,8 @@
 """Seeds from torch.compile: ``kevo seed``, ``problem.seeds: compile`` and sweeps without seed files.
 
 ``compile_seed(problem_path)`` captures Inductor's output for the problem on
-this machine's GPU (``evolve.inductor_capture``) and converts it into a
-candidate file (``operators.inductor_seed``). A matmul or convolution that
+this machine's GPU (``evolve.capture.inductor``) and converts it into a
+candidate file (``operators.seeds.convert``). A matmul or convolution that
 Inductor hands to an extern library (cuBLAS, cuDNN) is captured again with
 its max-autotune Triton templates; where that still calls the library, or
 the code holds anything but Triton kernels, the problem gets no seed and
@@ -16,7 +16,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from operators.inductor_seed import ConversionError, NotTritonOnly, seed_source
+from operators.seeds.convert import ConversionError, NotTritonOnly, seed_source
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +32,7 @@ class CompiledSeed:
     mode: str | None  # None, or "max-autotune-triton" when the templates were needed
     eager_ms: float | None
     compiled_ms: float | None
-    recording: dict[str, Any]  # what Inductor wrote (evolve.inductor_capture), kept with a run
+    recording: dict[str, Any]  # what Inductor wrote (evolve.capture.inductor), kept with a run
 
 
 
@@ -41,7 +41,7 @@ def compile_seed(problem_path: str | Path, device: str = "cuda", shapes: dict[st
                  dtype: str | None = None) -> CompiledSeed:
     """The seed for the problem at ``problem_path`` from torch.compile on ``device``, compiled at
     ``shapes`` (the problem's own if None); ``SeedError`` if none."""
-    from evolve.inductor_capture import capture
+    from evolve.capture.inductor import capture
 
     problem_path = Path(problem_path)
     try:

@@ -36,10 +36,10 @@ from collections.abc import Callable
 from typing import Any
 
 from evolve.config import Config
-from evolve.dispatch import Dispatcher
-from evolve.population import Candidate, migrate, select_parents, survivors
-from evolve.steering import ParentProfiles, Steering
-from evolve.variation import Breeder, Child, LlmOperators, Proposes, llm_seed_children, seed_children, seed_space
+from evolve.dispatch.base import Dispatcher
+from evolve.search.population import Candidate, migrate, select_parents, survivors
+from evolve.search.steering import ParentProfiles, Steering
+from evolve.search.variation import Breeder, Child, LlmOperators, Proposes, llm_seed_children, seed_children, seed_space
 from population_store import Individual, RunStore
 
 log = logging.getLogger(__name__)

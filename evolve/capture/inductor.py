@@ -16,7 +16,7 @@ problem's inputs, and returns a *recording*: a JSON-able dict with
   ``compiled_protocol_ms``: the compiled model timed the way kevo times a
   candidate).
 
-``operators.inductor_seed`` turns a recording into a candidate file; the
+``operators.seeds.convert`` turns a recording into a candidate file; the
 recordings under ``tests/fixtures/inductor/`` were made with this function, so
 the conversion is tested on machines without a GPU.
 """

@@ -1,6 +1,6 @@
 """Evaluation on Ray: one actor per GPU, each holding a warm ``fitness.Evaluator``.
 
-``RayDispatcher`` implements ``Dispatcher``. Every actor (``evolve.actor``)
+``RayDispatcher`` implements ``Dispatcher``. Every actor (``evolve.dispatch.actor``)
 builds its own ``Evaluator``s (reference outputs on its device, sandboxed
 workers kept warm, one per slot) from an ``EvaluatorSpec`` of plain,
 picklable values. ``submit`` hands a candidate to a free slot or queues it;
@@ -36,8 +36,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from evolve.actor import EvaluatorActor, EvaluatorSpec
-from evolve.dispatch import Dispatcher
+from evolve.dispatch.actor import EvaluatorActor, EvaluatorSpec
+from evolve.dispatch.base import Dispatcher
 from fitness import CutoffError, EvalResult, ProblemError, Status
 from platforms import PlatformUnavailable
 

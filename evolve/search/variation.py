@@ -1,6 +1,6 @@
 """Variation: new, never-seen candidates from selected parents.
 
-Each child's operator is drawn by the steering (``evolve.steering``: the
+Each child's operator is drawn by the steering (``evolve.search.steering``: the
 config's weights, biased by the parent's bottleneck class). A parametric
 child is made at once; a crossover that cannot make a child (parents of
 different structures, or too alike) falls back to mutating the first parent,
@@ -26,8 +26,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
 from evolve.config import OperatorName, OperatorsConfig
-from evolve.population import Candidate
-from evolve.steering import ParentProfiles, Steering
+from evolve.search.population import Candidate
+from evolve.search.steering import ParentProfiles, Steering
 from operators import (
     LLM_CROSSOVER,
     LLM_MUTATION,

@@ -1,7 +1,7 @@
 """Turn a recording of torch.compile's Inductor output into a seed candidate file.
 
 ``seed_source(recording, problem_source)`` takes what
-``evolve.inductor_capture.capture`` recorded for a problem and the problem
+``evolve.capture.inductor.capture`` recorded for a problem and the problem
 file's text, and writes a standalone KernelBench candidate:
 
 - the Triton kernels Inductor generated, as plain ``@triton.jit`` functions
@@ -26,8 +26,8 @@ A max-autotune matmul template (what Inductor writes for a matmul when told
 not to call cuBLAS) gets its tile sizes, which Inductor bakes into its body,
 made launch parameters, and its grid computed from them.
 
-Reading the recorded kernels and call() is ``operators.inductor_code``, copying
-the helpers ``operators.inductor_helpers``; this module assembles the file.
+Reading the recorded kernels and call() is ``operators.seeds.code``, copying
+the helpers ``operators.seeds.helpers``; this module assembles the file.
 
 A problem Inductor does not lower to Triton alone (a cuBLAS matmul through
 ``extern_kernels``, an ATen fallback) raises ``NotTritonOnly``; anything this
@@ -40,9 +40,9 @@ import ast
 import re
 from typing import Any
 
-from operators.inductor_code import (CALL_FUNCTION, ConversionError, NotTritonOnly, _call_function,
+from operators.seeds.code import (CALL_FUNCTION, ConversionError, NotTritonOnly, _call_function,
                                      _CallRewriter, _Kernel, _kernel_sources)
-from operators.inductor_helpers import _helper_code, _HelperRenamer, _helpers_used
+from operators.seeds.helpers import _helper_code, _HelperRenamer, _helpers_used
 from operators.space import Kind, default_choices
 
 __all__ = ["CALL_FUNCTION", "ConversionError", "NotTritonOnly", "seed_source"]

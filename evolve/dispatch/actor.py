@@ -2,7 +2,7 @@
 
 ``EvaluatorSpec`` is plain, picklable values (the problem, its shapes, the
 cutoff, the evaluation settings). ``EvaluatorActor`` is the class each Ray
-actor instantiates (``evolve.ray_dispatch`` wraps it with ``ray.remote``);
+actor instantiates (``evolve.dispatch.ray`` wraps it with ``ray.remote``);
 it imports nothing of Ray, so it also runs, and is tested, in-process.
 """
 
@@ -16,7 +16,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from evolve.dispatch import evaluator_info
+from evolve.dispatch.base import evaluator_info
 from fitness import CutoffError, EvalResult, EvalSettings, Evaluator, PreparedProblem, ProblemError, Status
 from fitness.lane import TimingLane
 from platforms import PlatformUnavailable

@@ -24,8 +24,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from evolve.config import OperatorName, OperatorsConfig
-from evolve.dispatch import Dispatcher
-from evolve.population import Candidate
+from evolve.dispatch.base import Dispatcher
+from evolve.search.population import Candidate
 from operators import MUTATION
 from operators.selector import FOCUSES, OperatorSelector
 from platforms.profiling.classes import UNKNOWN
