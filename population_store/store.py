@@ -35,6 +35,7 @@ from population_store.individual import (
 )
 from population_store import llm_responses, profiles
 from population_store.llm_responses import LlmUsage
+from population_store.rows import existing_ids, select, to_json
 from population_store.schema import (
     ACCEPTED,
     DEFAULT_BUSY_TIMEOUT_S,
@@ -51,13 +52,6 @@ from population_store.schema import (
 __all__ = ["Individual", "RunStore", "source_hash"]
 
 logger = logging.getLogger(__name__)
-
-_COLUMNS = (
-    "id, source, source_hash, generation, island, operator, params, status, "
-    "runtime_ms, result, created_at, finished_at"
-)
-_CHUNK = 500  # ids per "IN (...)" query, well below SQLite's variable limit
-
 
 class RunStore:
     """A run's SQLite file (``RUN_DIR/run.sqlite``): one writer, many readers.
@@ -90,7 +84,7 @@ class RunStore:
         path = Path(path)
         if not isinstance(config, dict):
             raise TypeError(f"config must be a dict, not {type(config).__name__}")
-        config_json = _to_json(config, "the run config")
+        config_json = to_json(config, "the run config")
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.exists():
             raise _exists(path)
@@ -179,10 +173,10 @@ class RunStore:
         else:
             check_result(ind.result, status, ind.runtime_ms)
             finished_at = ind.finished_at or time.time()
-        params_json = _to_json(ind.params, "params")
-        result_json = None if ind.result is None else _to_json(ind.result, "the result")
+        params_json = to_json(ind.params, "params")
+        result_json = None if ind.result is None else to_json(ind.result, "the result")
         with self._write() as conn:
-            missing = set(ind.parents) - self._existing_ids(ind.parents)
+            missing = set(ind.parents) - existing_ids(self._conn, ind.parents)
             if missing:
                 raise ValueError(f"parents not in the store: {sorted(missing)}")
             cursor = conn.execute(
@@ -211,7 +205,7 @@ class RunStore:
         """
         status = status_text(status)
         check_result(result, status, runtime_ms)
-        result_json = _to_json(result, f"the result of individual {ind_id}")
+        result_json = to_json(result, f"the result of individual {ind_id}")
         with self._write() as conn:
             cursor = conn.execute(
                 "UPDATE individuals SET status = ?, runtime_ms = ?, result = ?,"
@@ -231,7 +225,7 @@ class RunStore:
 
     def get(self, ind_id: int) -> Individual:
         """The individual with id ``ind_id``; ``KeyError`` if there is none."""
-        found = self._select("WHERE id = ?", (ind_id,))
+        found = select(self._conn, "WHERE id = ?", (ind_id,))
         if not found:
             raise KeyError(f"no individual {ind_id} in {self.path}")
         return found[0]
@@ -239,8 +233,8 @@ class RunStore:
     def individuals(self, status: str | None = None) -> list[Individual]:
         """All individuals in insertion order, or those with ``status``."""
         if status is None:
-            return self._select("ORDER BY id")
-        return self._select("WHERE status = ? ORDER BY id", (status_text(status),))
+            return select(self._conn, "ORDER BY id")
+        return select(self._conn, "WHERE status = ? ORDER BY id", (status_text(status),))
 
     def pending(self) -> list[Individual]:
         """Individuals added without a result yet: in flight when a run died."""
@@ -248,12 +242,12 @@ class RunStore:
 
     def has_source_hash(self, source_hash: str) -> Individual | None:
         """The first individual stored with ``source_hash``, or ``None``."""
-        found = self._select("WHERE source_hash = ? ORDER BY id LIMIT 1", (source_hash,))
+        found = select(self._conn, "WHERE source_hash = ? ORDER BY id LIMIT 1", (source_hash,))
         return found[0] if found else None
 
     def best(self, n: int = 1) -> list[Individual]:
         """Up to ``n`` accepted individuals, fastest first (ties: oldest first)."""
-        return self._select(
+        return select(self._conn, 
             "WHERE status = ? AND runtime_ms IS NOT NULL"
             " ORDER BY runtime_ms, id LIMIT ?", (ACCEPTED, n),
         )
@@ -279,7 +273,7 @@ class RunStore:
         The individual itself is not included; a seed has an empty lineage.
         """
         self.get(ind_id)  # KeyError for an unknown id rather than []
-        return self._select(
+        return select(self._conn, 
             "WHERE id IN (WITH RECURSIVE ancestor(id) AS ("
             " SELECT parent_id FROM parents WHERE individual_id = ?"
             " UNION SELECT p.parent_id FROM parents p"
@@ -293,7 +287,7 @@ class RunStore:
         """Store (or replace) the resume state under ``key``, as JSON."""
         if not isinstance(value, dict):
             raise TypeError(f"state {key!r} must be a dict, not {type(value).__name__}")
-        value_json = _to_json(value, f"state {key!r}")
+        value_json = to_json(value, f"state {key!r}")
         with self._write() as conn:
             conn.execute(
                 "INSERT INTO state (key, value, updated_at) VALUES (?, ?, ?)"
@@ -309,7 +303,7 @@ class RunStore:
 
     def record_event(self, kind: str, data: dict) -> None:
         """Record something the run should show later, e.g. a degraded mode."""
-        data_json = _to_json(data, f"event {kind!r}")
+        data_json = to_json(data, f"event {kind!r}")
         with self._write() as conn:
             conn.execute(
                 "INSERT INTO events (kind, data, created_at) VALUES (?, ?, ?)",
@@ -332,7 +326,7 @@ class RunStore:
 
     def put_profile(self, source_hash: str, record: dict) -> None:
         """Keep the profile record of the source with ``source_hash`` (the first one stays)."""
-        record_json = _to_json(record, f"profile of {source_hash}")
+        record_json = to_json(record, f"profile of {source_hash}")
         with self._write() as conn:
             profiles.put_profile(conn, source_hash, record_json)
 
@@ -384,55 +378,6 @@ class RunStore:
                 self._conn.execute("ROLLBACK")
             raise
 
-    def _existing_ids(self, ids: list[int]) -> set[int]:
-        found: set[int] = set()
-        unique = sorted(set(ids))
-        for start in range(0, len(unique), _CHUNK):
-            chunk = unique[start:start + _CHUNK]
-            marks = ", ".join("?" * len(chunk))
-            found.update(row[0] for row in self._conn.execute(
-                f"SELECT id FROM individuals WHERE id IN ({marks})", chunk))
-        return found
-
-    def _select(self, clause: str, args: tuple = ()) -> list[Individual]:
-        """Individuals of ``SELECT ... FROM individuals {clause}``, with parents."""
-        rows = self._conn.execute(
-            f"SELECT {_COLUMNS} FROM individuals {clause}", args
-        ).fetchall()
-        # Parents are written with their child in one transaction and never
-        # change, so reading them in a second statement is consistent.
-        parents: dict[int, list[int]] = {row[0]: [] for row in rows}
-        ids = list(parents)
-        for start in range(0, len(ids), _CHUNK):
-            chunk = ids[start:start + _CHUNK]
-            marks = ", ".join("?" * len(chunk))
-            for child, parent in self._conn.execute(
-                f"SELECT individual_id, parent_id FROM parents"
-                f" WHERE individual_id IN ({marks}) ORDER BY individual_id, position",
-                chunk,
-            ):
-                parents[child].append(parent)
-        return [_individual(row, parents[row[0]]) for row in rows]
-
 
 def _exists(path: Path) -> FileExistsError:
     return FileExistsError(f"run store {path} already exists; resume that run or choose another run directory")
-
-
-def _individual(row: tuple, parents: list[int]) -> Individual:
-    (id_, source, hash_, generation, island, operator, params, status,
-     runtime_ms, result, created_at, finished_at) = row
-    return Individual(
-        id=id_, source=source, source_hash=hash_, generation=generation,
-        island=island, operator=operator, parents=parents,
-        params=json.loads(params), status=status, runtime_ms=runtime_ms,
-        result=None if result is None else json.loads(result),
-        created_at=created_at, finished_at=finished_at,
-    )
-
-
-def _to_json(value: Any, what: str) -> str:
-    try:
-        return json.dumps(value)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{what} cannot be stored as JSON: {exc}") from exc
