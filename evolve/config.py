@@ -26,7 +26,7 @@ import yaml
 
 from fitness.problem import DTYPES
 from operators import CROSSOVER, LLM_CROSSOVER, LLM_MUTATION, MUTATION, SearchSpace, SpaceError
-from operators.llm import Price
+from operators.llm import Price, ReasoningEffort
 
 
 class ConfigError(ValueError):
@@ -126,7 +126,8 @@ class LlmConfig:
     api_base: str | None = None  # a server of your own, e.g. http://localhost:8000/v1 (vLLM)
     api_key_env: str | None = None  # the environment variable holding the key; None: the provider's usual one
     temperature: float = 0.8
-    max_tokens: int = 8192  # per reply
+    max_tokens: int | None = None  # per reply; None: 8192, or 32768 for a reasoning model (operators.llm)
+    reasoning_effort: ReasoningEffort | None = None  # none..xhigh, for reasoning models; None: not sent
     timeout_s: float = 300.0  # per request
     retries: int = 3  # after a rate limit or a provider error, with exponential back-off
     concurrency: int = 4  # requests in flight at once
@@ -357,8 +358,9 @@ def _check_llm(config: Config, require: typing.Callable[[bool, str, str], None])
             "llm.api_key_env", f"{llm.api_key_env!r}: name a variable with KEY, TOKEN or SECRET in its name, "
             "e.g. VLLM_API_KEY, so that the evaluated kernels never see it")
     require(0 <= llm.temperature <= 2, "llm.temperature", "must be between 0 and 2")
-    for key in ("max_tokens", "concurrency", "initial_seeds"):
+    for key in ("concurrency", "initial_seeds"):
         require(getattr(llm, key) >= 1, f"llm.{key}", "must be at least 1")
+    require(llm.max_tokens is None or llm.max_tokens >= 1, "llm.max_tokens", "must be at least 1 (or left out)")
     require(llm.retries >= 0, "llm.retries", "must be at least 0")
     require(llm.timeout_s > 0, "llm.timeout_s", "must be positive")
     require(llm.max_cost_usd is None or llm.max_cost_usd > 0, "llm.max_cost_usd", "must be positive (or left out)")

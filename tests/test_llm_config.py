@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from evolve.config import ConfigError, LlmConfig, config_from_dict, load_config
-from operators.llm import OFFLINE_MESSAGE, LlmSettings, Price
+from operators.llm import OFFLINE_MESSAGE, LlmSettings, Price, ReasoningEffort
 from tests.conftest import PROBLEMS
 
 REFERENCE = f"problem:\n  reference: {PROBLEMS}/elementwise/reference.py\n"
@@ -21,6 +21,7 @@ llm:
   api_key_env: VLLM_API_KEY
   temperature: 0.5
   max_tokens: 4096
+  reasoning_effort: high
   timeout_s: 90
   retries: 5
   concurrency: 8
@@ -39,6 +40,7 @@ def load(tmp_path, text):
 def test_the_default_is_offline_and_says_what_runs():
     llm = LlmConfig()
     assert (llm.model, llm.online, llm.max_cost_usd) == ("offline", False, None)
+    assert (llm.max_tokens, llm.reasoning_effort) == (None, None)  # the model's kind decides; nothing sent
     assert OFFLINE_MESSAGE == "llm.model is offline: only parametric operators run"
 
 
@@ -49,12 +51,23 @@ def test_every_key_is_read_stored_and_read_back(tmp_path):
     assert llm.models == {"anthropic/claude-sonnet-4-5": 3.0, "openai/gpt-4o-mini": 1.0}
     assert llm.prices == {"openai/gpt-4o-mini": Price(0.15, 0.6)}
     assert (llm.timeout_s, llm.retries, llm.concurrency, llm.initial_seeds) == (90.0, 5, 8, 4)
+    assert (llm.max_tokens, llm.reasoning_effort) == (4096, ReasoningEffort.HIGH)
+    assert config.to_dict()["llm"]["reasoning_effort"] == "high"
     assert config_from_dict(config.to_dict(), origin="run.sqlite") == config
 
     settings = LlmSettings.from_config(llm)
     assert settings.models == llm.models and settings.prices == {"openai/gpt-4o-mini": Price(0.15, 0.6)}
     assert (settings.api_base, settings.api_key_env, settings.max_cost_usd) == (
         "http://localhost:8000/v1", "VLLM_API_KEY", 2.5)
+    assert (settings.max_tokens, settings.reasoning_effort) == (4096, ReasoningEffort.HIGH)
+
+
+def test_a_run_stored_before_the_reasoning_keys_reads_back_as_it_ran(tmp_path):
+    stored = load(tmp_path, SEEDED + "llm:\n  model: openai/gpt-4o\n").to_dict()
+    del stored["llm"]["reasoning_effort"]
+    stored["llm"]["max_tokens"] = 8192
+    llm = config_from_dict(stored, origin="run.sqlite").llm
+    assert (llm.max_tokens, llm.reasoning_effort) == (8192, None)
 
 
 def test_one_model_becomes_settings_with_weight_one(tmp_path):
@@ -79,6 +92,10 @@ def test_a_problem_without_seeds_needs_a_model(tmp_path):
     ("  model: openai/gpt-4o\n  api_key_env: MY_LLM_CRED\n", "name a variable with KEY, TOKEN or SECRET in its name"),
     ("  model: openai/gpt-4o\n  temperature: 3\n", "llm.temperature: must be between 0 and 2"),
     ("  model: openai/gpt-4o\n  concurrency: 0\n", "llm.concurrency: must be at least 1"),
+    ("  model: openai/gpt-4o\n  max_tokens: 0\n", "llm.max_tokens: must be at least 1"),
+    ("  model: openai/gpt-4o\n  max_tokens: 2.5\n", "llm.max_tokens: expected an integer"),
+    ("  model: openai/o3\n  reasoning_effort: extreme\n",
+     "llm.reasoning_effort: 'extreme' is not one of none, minimal, low, medium, high, xhigh"),
     ("  model: openai/gpt-4o\n  retries: -1\n", "llm.retries: must be at least 0"),
     ("  model: openai/gpt-4o\n  timeout_s: 0\n", "llm.timeout_s: must be positive"),
     ("  model: openai/gpt-4o\n  max_cost_usd: 0\n", "llm.max_cost_usd: must be positive"),

@@ -89,10 +89,48 @@ def test_whitespace_drift_in_search_text_still_applies_and_keeps_indentation():
 
 
 def test_a_search_text_found_twice_is_refused():
-    with pytest.raises(EditError, match=r"edit 1 did not apply: its SEARCH text occurs 2 times"):
-        apply_edits(BASE, [Edit("(x):\n", "(z):\n")])
+    twice = BASE + "\n\ndef h(x):\n    y = x + 1\n    return y\n"
+    with pytest.raises(EditError, match=r"edit 1 did not apply: its SEARCH text occurs 2 times in the parent "
+                                        r"\(at lines 2 and 11\); it must name one place: quote more lines"):
+        apply_edits(twice, [Edit("    y = x + 1\n    return y\n", "    return x + 1\n")])
     with pytest.raises(EditError, match="occurs 2 times"):  # only when indentation is ignored
         apply_edits("  a = 1\n    a = 1\n", [Edit("a = 1 \n", "b = 2\n")])
+
+
+def test_a_search_matches_whole_lines_never_part_of_a_line():
+    with pytest.raises(EditError, match="edit 1 did not apply: its SEARCH text is not in the parent"):
+        apply_edits(BASE, [Edit("(x):\n", "(z):\n")])  # in both def lines, but no whole line
+    base = "def f():\n    max = 1\n    return max\n"
+    with pytest.raises(EditError, match="its SEARCH text is not in the parent"):
+        apply_edits(base, [Edit("x = 1\n", "x = 2\n")])
+    assert apply_edits(base, [Edit("max = 1\n", "max = 2\n")]) == base.replace("max = 1", "max = 2")
+
+
+def test_a_one_line_search_that_lost_its_indentation_keeps_the_code_where_it_was():
+    base = "def f(x):\n    out = x * 2\n    return out\n"
+    got = apply_edits(base, [Edit("return out\n", "out = out + 1\nreturn out\n")])
+    assert got == "def f(x):\n    out = x * 2\n    out = out + 1\n    return out\n"
+    # and one indented too deep comes back out, with the block's own nesting kept
+    got = apply_edits(base, [Edit("        return out\n", "        if x is None:\n            return None\n"
+                                                          "        return out\n")])
+    assert got == "def f(x):\n    out = x * 2\n    if x is None:\n        return None\n    return out\n"
+    assert compile(got, "<edit>", "exec")
+
+
+def test_an_exact_match_wins_over_a_match_with_other_indentation():
+    base = "x = 1\n\n\ndef f():\n    x = 1\n    return x\n"
+    assert apply_edits(base, [Edit("x = 1\n", "x = 3\n")]).startswith("x = 3\n\n\ndef f():\n    x = 1\n")
+    assert apply_edits(base, [Edit("    x = 1\n", "    x = 3\n")]).endswith("    x = 3\n    return x\n")
+
+
+def test_indentation_must_shift_the_same_for_every_line():
+    base = "def f(x):\n    y = x + 1\n    return y\n"
+    with pytest.raises(EditError, match="not in the parent"):  # the lines match one by one, not as a block
+        apply_edits(base, [Edit("y = x + 1\n    return y\n", "pass\n")])
+    with pytest.raises(EditError, match="not in the parent"):  # a blank SEARCH line matches a blank line only
+        apply_edits(base, [Edit("y = x + 1\n\nreturn y\n", "pass\n")])
+    tabs = "def f(x):\n\ty = x + 1\n\treturn y\n"
+    assert apply_edits(tabs, [Edit("return y\n", "return y + 1\n")]) == tabs.replace("y\n", "y + 1\n")
 
 
 def test_an_empty_search_is_refused():
@@ -121,3 +159,98 @@ def test_edit_parts_wrapped_in_fences_lose_the_fences():
     reply = "<<<<<<< SEARCH\n```python\n    return x * 2\n=======\n    return x * 4\n```\n>>>>>>> REPLACE\n"
     assert parse_edits(reply) == [Edit("    return x * 2\n", "    return x * 4\n")]
     assert extract_code(reply, BASE).source == BASE.replace("x * 2", "x * 4")
+
+
+# -- inline reasoning (<think>) --------------------------------------------------------
+
+DRAFT = "<think>\nFirst try:\n```python\nclass ModelNew:\n    a = 0\n```\nor an edit:\n<<<<<<< SEARCH\n" \
+        "    return x * 2\n=======\n    return x * 3\n>>>>>>> REPLACE\nNo, better a whole file.\n</think>\n"
+
+
+def test_a_think_block_is_not_the_answer_even_when_it_drafts_code_and_edits():
+    got = extract_code(DRAFT + "Here:\n```python\nclass ModelNew:\n    a = 1\n```\n", BASE)
+    assert (got.form, got.source) == (WHOLE_FILE, "class ModelNew:\n    a = 1\n")
+    got = extract_code(DRAFT + "<<<<<<< SEARCH\n    return x * 2\n=======\n    return x * 4\n>>>>>>> REPLACE\n",
+                       BASE)
+    assert (got.form, got.source) == (EDITS, BASE.replace("x * 2", "x * 4"))
+
+
+def test_reasoning_whose_opening_tag_was_in_the_chat_template_is_dropped():
+    reply = "The kernel reads y twice; an edit?\n<<<<<<< SEARCH\n    a = 0\n=======\n    a = 1\n" \
+            ">>>>>>> REPLACE\n</think>\n\n```python\nclass ModelNew:\n    a = 1\n```"
+    assert extract_code(reply, None).source == "class ModelNew:\n    a = 1\n"
+
+
+def test_a_reply_cut_off_while_reasoning_says_so():
+    got = extract_code("<think>\nLet me write the kernel:\n```python\nclass ModelNew:\n    a = 0\n", None)
+    assert (got.source, got.reason) == (None, "the reply held only reasoning (a <think> block), no answer")
+    assert extract_code("<THINKING>plan</THINKING>", None).reason == got.reason
+    # an answer followed by reasoning that never ends keeps the answer
+    assert extract_code("```python\nclass ModelNew:\n    a = 1\n```\n<think>\nmore", None).source == \
+        "class ModelNew:\n    a = 1\n"
+
+
+# -- markup that occurs inside the code --------------------------------------------------
+
+DOC_BASE = '"""Fused gate\n=======\n\nOne kernel.\n"""\nimport torch\n\nBLOCK = 1024\n'
+
+
+def test_a_divider_line_quoted_from_the_code_does_not_split_the_search_part():
+    reply = "<<<<<<< SEARCH\n\"\"\"Fused gate\n=======\n\nOne kernel.\n=======\n\"\"\"Fused gate\n=======\n\n" \
+            "One fused kernel.\n>>>>>>> REPLACE\n"
+    (edit,) = parse_edits(reply)
+    assert edit.search == '"""Fused gate\n' and len(edit.other_readings) == 2
+    got = extract_code(reply, DOC_BASE)
+    assert got.reason == "" and got.source == DOC_BASE.replace("One kernel.", "One fused kernel.")
+
+
+def test_a_divider_line_in_the_replace_part_stays_in_the_code():
+    reply = "<<<<<<< SEARCH\nBLOCK = 1024\n=======\n# Tuning\n=======\nBLOCK = 2048\n>>>>>>> REPLACE\n"
+    got = extract_code(reply, DOC_BASE)
+    assert got.source == DOC_BASE.replace("BLOCK = 1024\n", "# Tuning\n=======\nBLOCK = 2048\n")
+
+
+def test_fences_inside_edit_parts_are_code_unless_they_wrap_the_part():
+    base = 'def f():\n    """Run it:\n    ```\n    f()\n    ```\n    """\n    return 1\n'
+    reply = "```python\n<<<<<<< SEARCH\n    ```\n    \"\"\"\n    return 1\n=======\n    ```\n    \"\"\"\n" \
+            "    return 2\n>>>>>>> REPLACE\n```\n"
+    assert extract_code(reply, base).source == base.replace("return 1", "return 2")
+
+
+WITH_DOC_FENCES = '''import torch
+
+
+class ModelNew(torch.nn.Module):
+    """Use it like this:
+
+    ```
+    out = ModelNew()(x)
+    ```
+    """
+
+    def forward(self, x):
+        return x
+'''
+
+
+def test_a_fence_in_an_indented_docstring_does_not_close_the_block():
+    got = extract_code(f"The kernel:\n```python\n{WITH_DOC_FENCES}```\nThat is all.\n", None)
+    assert got.source == WITH_DOC_FENCES
+
+
+def test_a_fence_at_the_left_margin_inside_a_string_does_not_close_a_python_block():
+    code = '"""Usage:\n```\nkevo verify ref.py new.py\n```\n"""\n' + WITH_DOC_FENCES
+    got = extract_code(f"```python\n{code}```\n\nRun it with:\n```\nkevo verify\n```\n", None)
+    assert got.source == code
+
+
+def test_a_longer_fence_holds_shorter_ones_and_a_fence_in_a_list_item_is_dedented():
+    code = 'x = """\n```python\ny = 1\n```\n"""\nclass ModelNew:\n    pass\n'
+    assert extract_code(f"````python\n{code}````\n", None).source == code
+    indented = "".join("   " + line + "\n" for line in WITH_DOC_FENCES.splitlines())
+    assert extract_code(f"1. The file:\n   ```python\n{indented}   ```\n2. Run it.\n", None).source == WITH_DOC_FENCES
+
+
+def test_a_broken_block_still_closes_at_its_own_fence():
+    reply = "```python\nclass ModelNew:\n    def forward(self, x:\n```\nThen:\n```\nkevo verify\n```\n"
+    assert extract_code(reply, None).source == "class ModelNew:\n    def forward(self, x:\n"

@@ -9,6 +9,9 @@ clear result, and a resumed run must not pay for a reply twice.
 
 from __future__ import annotations
 
+import copy
+import hashlib
+import json
 import logging
 import subprocess
 import sys
@@ -29,11 +32,13 @@ from operators.llm import (
     ParentInfo,
     Price,
     ProblemContext,
+    ReasoningEffort,
     Request,
     cache_key,
     redact,
     seed_requests,
 )
+from operators.llm import client
 from platforms.guidance import guidance
 from population_store import RunStore
 from tests.llm_replay_server import Reply, ReplayServer, loopback_only
@@ -213,6 +218,81 @@ def test_the_cache_key_changes_with_model_sample_and_messages():
               cache_key(MODEL, [{"role": "user", "content": "hi!"}], 0, base),
               cache_key(MODEL, messages, 0, LlmSettings({MODEL: 1.0}, temperature=0.1))}
     assert key not in others and len(others) == 4
+
+
+def test_cache_keys_of_runs_from_before_reasoning_effort_still_match():
+    messages = [{"role": "user", "content": "hi"}]
+    before = {"version": 1, "model": MODEL, "messages": messages, "sample": 3, "temperature": 0.8,
+              "max_tokens": 8192}  # what a stored run's settings gave
+    old = hashlib.sha256(json.dumps(before, sort_keys=True).encode()).hexdigest()
+    assert cache_key(MODEL, messages, 3, LlmSettings({MODEL: 1.0}, max_tokens=8192)) == old
+    thinking = LlmSettings({MODEL: 1.0}, max_tokens=8192, reasoning_effort=ReasoningEffort.HIGH)
+    assert cache_key(MODEL, messages, 3, thinking) != old
+
+
+def replying(content: str, finish_reason: str = "stop") -> Reply:
+    """The recorded fenced reply, with other content."""
+    body = copy.deepcopy(Reply.fixture("fenced").body)
+    body["choices"][0]["message"]["content"] = content
+    body["choices"][0]["finish_reason"] = finish_reason
+    return Reply(body)
+
+
+def test_the_inline_reasoning_of_a_local_model_is_not_taken_for_its_answer(server):
+    answer = Reply.fixture("fenced").body["choices"][0]["message"]["content"]
+    draft = "<think>\nMaybe just:\n```python\nclass ModelNew:\n    pass\n```\nNo, fuse the gate.\n</think>\n"
+    server.add_case("think", replying(draft + answer))
+    server.add_case("fenced", Reply.fixture("fenced"))
+    server.add_case("cut", replying("<think>\nThe kernel reads y twice, so", finish_reason="length"))
+    with LlmProposer(settings(server), None, context()) as proposer:
+        thought, plain, cut = proposer.propose([mutation("think", 0), mutation("fenced", 1), mutation("cut", 2)])
+    assert thought.source == plain.source.replace("case: fenced", "case: think") and thought.reason == ""
+    assert (cut.source, cut.reason) == (None, "the reply held only reasoning (a <think> block), no answer "
+                                              "(the reply was cut off at llm.max_tokens = 8192)")
+
+
+def test_reasoning_effort_and_the_reply_length_reach_the_provider(server, caplog):
+    server.add_case("ask", Reply.fixture("fenced"), sticky=True)
+    asks = [("openai/o4-mini", "high"), ("hosted_vllm/Qwen/Qwen3-32B", "low"), (MODEL, None)]
+    for sample, (model, effort) in enumerate(asks):
+        with LlmProposer(settings(server, models={model: 1.0}, reasoning_effort=effort), None, context()) as proposer:
+            (proposal,) = proposer.propose([mutation("ask", sample)])
+        assert proposal.source is not None
+    o4, qwen, plain = server.requests
+    # o4-mini: litellm's table knows it reasons, and it takes no temperature
+    assert (o4["reasoning_effort"], o4["max_completion_tokens"], "temperature" in o4) == ("high", 32768, False)
+    # a local model reasons when asked to, and keeps its temperature
+    assert (qwen["reasoning_effort"], qwen["max_tokens"], qwen["temperature"]) == ("low", 32768, 0.8)
+    assert "reasoning_effort" not in plain and plain["max_tokens"] == 8192
+
+    with caplog.at_level(logging.WARNING, logger="operators.llm.client"):
+        with LlmProposer(settings(server, reasoning_effort="medium"), None, context()) as proposer:
+            proposer.propose([mutation("ask", 9)])
+    assert "reasoning_effort" not in server.requests[-1]
+    assert any("llm.reasoning_effort is medium, but litellm knows openai/gpt-4o-mini as a model that takes no "
+               "reasoning effort: it is not sent" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("model, effort, longest", [
+    ("openai/gpt-4o", None, 8192),
+    ("openai/o3", None, 32768),  # litellm knows it reasons
+    ("anthropic/claude-opus-4-1", None, 32000),  # ... and that it writes at most 32000 tokens
+    ("ollama_chat/qwen3:32b", None, 8192),  # a local model litellm cannot tell: set llm.max_tokens
+    ("ollama_chat/qwen3:32b", "high", 32768),
+    ("openai/o3", "none", 32768),
+])
+def test_the_longest_reply_follows_the_kind_of_model_unless_set(model, effort, longest):
+    assert client.max_tokens_for(model, LlmSettings({model: 1.0}, reasoning_effort=effort)) == longest
+    assert client.max_tokens_for(model, LlmSettings({model: 1.0}, max_tokens=1000, reasoning_effort=effort)) == 1000
+
+
+def test_claude_asked_to_think_is_sent_no_temperature():
+    messages = [{"role": "user", "content": "hi"}]
+    model = "anthropic/claude-sonnet-4-5"
+    thinking = client._request_kwargs(model, messages, LlmSettings({model: 1.0}, reasoning_effort="medium"))
+    assert thinking["reasoning_effort"] == "medium" and "temperature" not in thinking
+    plain = client._request_kwargs(model, messages, LlmSettings({model: 1.0}))
+    assert "reasoning_effort" not in plain and plain["temperature"] == 0.8
 
 
 def test_the_budget_stops_requests_cleanly_and_holds_on_resume(server, tmp_path, caplog):

@@ -7,14 +7,16 @@ this runs: log ``OFFLINE_MESSAGE`` once and use the parametric operators.
 
 from operators.llm.prompt import build_messages, describe_result
 from operators.llm.proposer import BUDGET_EXHAUSTED, LlmProposer, cache_key
-from operators.llm.redact import redact
+from operators.llm.redact import install_redaction, redact
 from operators.llm.request import (
+    DEFAULT_MAX_TOKENS,
     KINDS,
     LLM_CROSSOVER,
     LLM_MUTATION,
     LLM_SEED,
     OFFLINE,
     OFFLINE_MESSAGE,
+    REASONING_MAX_TOKENS,
     Focus,
     LlmSettings,
     LlmSetupError,
@@ -22,6 +24,7 @@ from operators.llm.request import (
     Price,
     ProblemContext,
     Proposal,
+    ReasoningEffort,
     Request,
     ResponseCache,
     Usage,
@@ -30,12 +33,14 @@ from operators.llm.request import (
 
 __all__ = [
     "BUDGET_EXHAUSTED",
+    "DEFAULT_MAX_TOKENS",
     "KINDS",
     "LLM_CROSSOVER",
     "LLM_MUTATION",
     "LLM_SEED",
     "OFFLINE",
     "OFFLINE_MESSAGE",
+    "REASONING_MAX_TOKENS",
     "Focus",
     "LlmProposer",
     "LlmSettings",
@@ -44,12 +49,14 @@ __all__ = [
     "Price",
     "ProblemContext",
     "Proposal",
+    "ReasoningEffort",
     "Request",
     "ResponseCache",
     "Usage",
     "build_messages",
     "cache_key",
     "describe_result",
+    "install_redaction",
     "redact",
     "seed_requests",
 ]

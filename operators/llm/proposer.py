@@ -172,7 +172,7 @@ class LlmProposer:
         if proposal.source is None and reply.finish_reason == "length":
             proposal = dataclasses.replace(
                 proposal, reason=f"{proposal.reason} (the reply was cut off at llm.max_tokens = "
-                                 f"{self.settings.max_tokens})")
+                                 f"{client.max_tokens_for(call.model, self.settings)})")
         if self.exhausted:
             self._tell_exhausted()
         return proposal
@@ -220,6 +220,8 @@ def cache_key(model: str, messages: list[dict[str, str]], sample: int, settings:
     """The key of a reply: sha256 of everything that changes it (model, messages, sample, sampling settings)."""
     material = {"version": CACHE_KEY_VERSION, "model": model, "messages": messages, "sample": sample,
                 "temperature": settings.temperature, "max_tokens": settings.max_tokens}
+    if settings.reasoning_effort is not None:  # only when set: keys of runs from before it existed still match
+        material["reasoning_effort"] = settings.reasoning_effort.value
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
 
 

@@ -38,6 +38,28 @@ class Focus(str, enum.Enum):
     LAUNCH = "launch"  # launch overhead: one kernel instead of several launches or passes
 
 
+class ReasoningEffort(str, enum.Enum):
+    """How long a reasoning model thinks before it answers (litellm's ``reasoning_effort``).
+
+    litellm turns it into each provider's own setting: OpenAI's and vLLM's
+    ``reasoning_effort``, Anthropic's and Gemini's thinking budget.
+    """
+
+    NONE = "none"
+    MINIMAL = "minimal"
+    LOW = "low"
+    MEDIUM = "medium"
+    HIGH = "high"
+    XHIGH = "xhigh"
+
+
+#: The longest reply when ``max_tokens`` is not set: the reasoning of a model
+#: that thinks before it answers counts toward its reply, so it gets more room
+#: (capped at the model's own output limit when litellm knows it).
+DEFAULT_MAX_TOKENS = 8192
+REASONING_MAX_TOKENS = 32768
+
+
 class LlmSetupError(RuntimeError):
     """The LLM cannot be used at all (no API key, a rejected key, an unknown model): stop and fix the config."""
 
@@ -149,7 +171,8 @@ class LlmSettings:
     api_base: str | None = None  # e.g. http://localhost:8000/v1 for vLLM
     api_key_env: str | None = None  # the environment variable holding the key; None: litellm's default
     temperature: float = 0.8
-    max_tokens: int = 8192
+    max_tokens: int | None = None  # None: DEFAULT_MAX_TOKENS, or REASONING_MAX_TOKENS for a reasoning model
+    reasoning_effort: ReasoningEffort | None = None  # None: the model's own default; not sent
     timeout_s: float = 300.0  # per request
     retries: int = 3  # after a rate limit or a provider error, with exponential back-off
     backoff_s: float = 2.0  # the first back-off; it doubles at each retry
@@ -162,8 +185,11 @@ class LlmSettings:
             raise ValueError("LlmSettings.models needs at least one model with a positive weight")
         if OFFLINE in self.models:
             raise ValueError(f"{OFFLINE!r} is not a model; build no LlmSettings for an offline run")
-        if self.concurrency < 1 or self.retries < 0 or self.timeout_s <= 0 or self.max_tokens < 1:
+        if (self.concurrency < 1 or self.retries < 0 or self.timeout_s <= 0
+                or (self.max_tokens is not None and self.max_tokens < 1)):
             raise ValueError("LlmSettings needs concurrency >= 1, retries >= 0, timeout_s > 0 and max_tokens >= 1")
+        if self.reasoning_effort is not None:
+            object.__setattr__(self, "reasoning_effort", ReasoningEffort(self.reasoning_effort))
 
     @classmethod
     def from_config(cls, llm: Any) -> "LlmSettings":
@@ -171,7 +197,8 @@ class LlmSettings:
         models = dict(llm.models) if llm.models else {llm.model: 1.0}
         prices = dict(llm.prices)
         return cls(models=models, api_base=llm.api_base, api_key_env=llm.api_key_env,
-                   temperature=llm.temperature, max_tokens=llm.max_tokens, timeout_s=llm.timeout_s,
+                   temperature=llm.temperature, max_tokens=llm.max_tokens,
+                   reasoning_effort=llm.reasoning_effort, timeout_s=llm.timeout_s,
                    retries=llm.retries, concurrency=llm.concurrency, max_cost_usd=llm.max_cost_usd,
                    prices=prices)
 
