@@ -11,23 +11,18 @@ from pathlib import Path
 
 from rich.console import Console
 
-from evolve.config import ConfigError
-from evolve.search.loop import SearchError
-from evolve.progress import Progress
-from evolve.dispatch.ray import RayUnavailable
-from evolve.report import PLOT_FILE, build_report, format_counts, print_report, write_plot
-from evolve.session import RunError, default_run_dir, open_store, resume_run, start_run
-from evolve.sweep import (SharedPool, format_summary, load_sweep, run_sweep, stored_entries, summary_dict,
-                          sweep_status)
-from fitness import CutoffError, EvalSettings, Evaluator, ProblemError
+from evolve.errors import USER_ERRORS, UsageError
+from evolve.progress import Progress, SweepProgress
+from evolve.report import (PLOT_FILE, build_report, format_counts, format_sweep_summary, print_report,
+                           sweep_summary, write_plot)
+from evolve.session import default_run_dir, open_store, resume_run, start_run
+from evolve.sweep import run_sweep, stored_entries, sweep_status
+from evolve.sweep_file import Entry, load_sweep
+from fitness import EvalSettings, Evaluator
 from fitness.problem import DTYPES
-from platforms import PLATFORM_NAMES, PlatformUnavailable
+from platforms import PLATFORM_NAMES
 
 EXIT_ACCEPTED, EXIT_REJECTED, EXIT_UNUSABLE = 0, 1, 2
-
-
-class UsageError(Exception):
-    """Input the user can fix; printed as one line, exit code 2."""
 
 
 def _parse_shape(text: str) -> tuple[str, int]:
@@ -111,48 +106,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return _sweep(args, entries, sweep_dir)
 
 
-def _sweep(args: argparse.Namespace, entries: list, sweep_dir: Path) -> int:
+def _sweep(args: argparse.Namespace, entries: list[Entry], sweep_dir: Path) -> int:
     """Every run of the sweep in turn, each with its progress line; the summary on stdout."""
     console = Console(stderr=True, soft_wrap=True)
     _log_through(console, args.verbose)
-    pool = SharedPool()
-    console.print(f"kevo sweep: {len(entries)} run(s) into {sweep_dir}", highlight=False)
-
-    def drive(run, *args) -> str:
-        """``start_run`` or ``resume_run`` on the sweep's pool, with a progress line; a run that
-        raises leaves the pool closed, so the next run starts on fresh evaluators."""
-        progress = Progress(console)
-        try:
-            return run(*args, progress, dispatchers=pool)
-        except Exception:
-            pool.close()
-            raise
-        finally:
-            progress.close()
-
-    def start(config_path: Path, run_dir: Path) -> str:
-        return drive(start_run, config_path, run_dir)
-
-    def resume(run_dir: Path) -> str:
-        return drive(resume_run, run_dir)
-
-    def told(outcome) -> None:
-        best = f"{outcome.speedup:.3g}x" if outcome.speedup else "no correct kernel"
-        console.print(f"kevo sweep: {outcome.name}: {outcome.status}, {best}"
-                      + (f" ({outcome.reason})" if outcome.status != "finished" else ""), highlight=False)
-
     try:
-        outcomes = run_sweep(entries, sweep_dir, start, resume, told)
+        outcomes = run_sweep(entries, sweep_dir, observer=SweepProgress(console))
     except KeyboardInterrupt:
         print(f"kevo sweep: interrupted; continue with 'kevo resume {sweep_dir}'", file=sys.stderr)
         return 130
-    finally:
-        pool.close()
-    summary = summary_dict(outcomes)
-    if args.json:
-        print(json.dumps(summary))
-    else:
-        print(format_summary(summary))
+    summary = sweep_summary(outcomes)
+    print(json.dumps(summary) if args.json else format_sweep_summary(summary))
     failed = [o.name for o in outcomes if o.status == "failed"]
     if failed:
         print(f"kevo sweep: {len(failed)} run(s) failed: {', '.join(failed)}", file=sys.stderr)
@@ -195,8 +159,8 @@ def _log_through(console: Console, verbose: bool) -> None:
 def cmd_report(args: argparse.Namespace) -> int:
     entries = stored_entries(Path(args.run_dir))
     if entries is not None:  # a sweep's directory: where each of its runs stands
-        summary = summary_dict(sweep_status(entries, Path(args.run_dir)))
-        print(json.dumps(summary) if args.json else format_summary(summary))
+        summary = sweep_summary(sweep_status(entries, Path(args.run_dir)))
+        print(json.dumps(summary) if args.json else format_sweep_summary(summary))
         return 0
     with open_store(args.run_dir, readonly=True) as store:
         report = build_report(store, Path(args.run_dir))
@@ -318,8 +282,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="kevo: %(message)s", stream=sys.stderr)
     try:
         return args.func(args)
-    except (UsageError, ProblemError, CutoffError, PlatformUnavailable, ConfigError, RunError, SearchError,
-            RayUnavailable) as exc:
+    except USER_ERRORS as exc:
         print(f"kevo {args.command}: {exc}", file=sys.stderr)
         return EXIT_UNUSABLE
     except KeyboardInterrupt:

@@ -1,13 +1,16 @@
-"""The live progress line of ``kevo run`` and ``kevo resume``, on stderr.
+"""The live progress line of ``kevo run`` and ``kevo resume``, and ``kevo sweep``'s lines, on stderr.
 
 On a terminal it is one line redrawn in place (rich); otherwise (a log file,
 CI) a line is written at the first result, at every new best kernel and at
-most every ``interval_s`` seconds besides, so logs stay short.
+most every ``interval_s`` seconds besides, so logs stay short. A sweep shows
+each run's line in turn, and one line for how each run ended.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from rich.console import Console
@@ -16,8 +19,10 @@ from rich.text import Text
 
 from evolve.config import Config
 from evolve.search.population import Candidate
+from evolve.report import Outcome, format_counts
 from evolve.session import Observer
-from evolve.report import format_counts
+from evolve.sweep import SweepObserver
+from evolve.sweep_file import Entry
 from population_store import PENDING, RunStore
 
 
@@ -69,6 +74,29 @@ class Progress(Observer):
     def _show(self, now: float) -> None:
         self._last_shown, self._shown = now, self._line
         self.console.print(self._line, highlight=False)
+
+
+class SweepProgress(SweepObserver):
+    """``kevo sweep``'s lines: where the runs go, each run's progress line, and how each ended."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+
+    def started(self, sweep_dir: Path, entries: list[Entry]) -> None:
+        self.console.print(f"kevo sweep: {len(entries)} run(s) into {sweep_dir}", highlight=False)
+
+    @contextlib.contextmanager
+    def run(self, name: str) -> Iterator[Progress]:
+        progress = Progress(self.console)
+        try:
+            yield progress
+        finally:
+            progress.close()
+
+    def ended(self, outcome: Outcome) -> None:
+        best = f"{outcome.speedup:.3g}x" if outcome.speedup else "no correct kernel"
+        self.console.print(f"kevo sweep: {outcome.name}: {outcome.status}, {best}"
+                           + (f" ({outcome.reason})" if outcome.status != "finished" else ""), highlight=False)
 
 
 def _done(counts: dict[str, int]) -> int:

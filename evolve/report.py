@@ -1,4 +1,5 @@
-"""What a run found: the numbers (``build_report``), a plot, and the text ``kevo report`` prints.
+"""What a run found: the numbers (``build_report``), a plot, and the text ``kevo report`` prints;
+and what a sweep's runs came to, in the field's terms (``sweep_summary``).
 
 The report reads the store only, so it works on a finished run, a killed one,
 and one that another process is still writing.
@@ -7,6 +8,7 @@ and one that another process is still writing.
 from __future__ import annotations
 
 import dataclasses
+import math
 from pathlib import Path
 from typing import Any
 
@@ -185,3 +187,63 @@ def _lineage(store: RunStore, best: Individual) -> list[dict[str, Any]]:
 
 def _x(speedup: float | None) -> str:
     return f"{speedup:.3g}x" if speedup else "-"
+
+
+# --- a sweep: one line per run, and the field's figures over its problems ---------------
+
+
+@dataclasses.dataclass
+class Outcome:
+    """What one run of a sweep came to."""
+
+    name: str
+    status: str  # finished | failed | skipped (and, for a sweep not over: cut short | not started)
+    reason: str = ""
+    evaluations: int = 0
+    best_ms: float | None = None
+    reference_ms: float | None = None
+    speedup: float | None = None
+
+    @property
+    def correct(self) -> bool:
+        return self.best_ms is not None
+
+
+def sweep_summary(outcomes: list[Outcome]) -> dict[str, Any]:
+    """The field's figures over the sweep's problems (KernelBench's fast_p), and every run's outcome.
+
+    ``fraction_correct``: problems with an accepted kernel; ``fast_1``, ``fast_1.5``,
+    ``fast_2``: the fractions of all problems faster than eager PyTorch by more
+    than 1×, 1.5×, 2×; ``geomean_speedup_correct``: over the problems with one.
+    """
+    n = len(outcomes)
+    correct = [o for o in outcomes if o.correct]
+    speedups = [o.speedup for o in correct if o.speedup]
+
+    def fast(p: float) -> float:
+        return sum(1 for s in speedups if s > p) / n if n else 0.0
+
+    geomean = math.exp(sum(math.log(s) for s in speedups) / len(speedups)) if speedups else None
+    return {"problems": n, "correct": len(correct), "fraction_correct": len(correct) / n if n else 0.0,
+            "fast_1": fast(1.0), "fast_1.5": fast(1.5), "fast_2": fast(2.0),
+            "geomean_speedup_correct": geomean,
+            "runs": [dataclasses.asdict(o) for o in outcomes]}
+
+
+def format_sweep_summary(summary: dict[str, Any]) -> str:
+    """``sweep_summary``'s data as a Markdown table of the runs and one line of figures."""
+    lines = ["| run | status | evaluations | best ms | eager ms | speedup |", "|---|---|---|---|---|---|"]
+    for r in summary["runs"]:
+        lines.append(f"| {r['name']} | {r['status']} | {r['evaluations']} | {_fmt(r['best_ms'])} "
+                     f"| {_fmt(r['reference_ms'])} | {_fmt(r['speedup'], 'x')} |")
+    g = summary["geomean_speedup_correct"]
+    lines.append("")
+    lines.append(f"{summary['correct']}/{summary['problems']} correct ({100 * summary['fraction_correct']:.0f}%); "
+                 f"fast_1 {100 * summary['fast_1']:.0f}%, fast_1.5 {100 * summary['fast_1.5']:.0f}%, "
+                 f"fast_2 {100 * summary['fast_2']:.0f}%; geometric-mean speedup over correct: "
+                 + (f"{g:.3g}x" if g else "-"))
+    return "\n".join(lines)
+
+
+def _fmt(value: float | None, unit: str = "") -> str:
+    return "-" if value is None else f"{value:.4g}{unit}"

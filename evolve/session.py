@@ -1,10 +1,11 @@
 """A run from the outside: start one from a config, resume one from its directory.
 
 This is the composition root: it reads the config, resolves the search space
-from the seeds, builds the evaluator and the dispatcher, opens the run store,
-builds the LLM proposer when a model is configured, and hands them to the
-loop. A run directory holds ``run.sqlite`` (everything
-the run knows) and, once reported, ``progress.png``.
+from the seeds, builds the dispatcher (``evolve.dispatch.pool.make_dispatcher``,
+or the pool a sweep hands it), opens the run store, builds the LLM proposer
+when a model is configured, and hands them to the loop. A run directory holds
+``STORE_FILE`` (``run.sqlite``: everything the run knows) and, once reported,
+``progress.png``.
 """
 
 from __future__ import annotations
@@ -14,18 +15,26 @@ import fcntl
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from evolve.config import Config, ConfigError, PlatformName, config_from_dict, load_config
-from evolve.dispatch.base import Dispatcher, InProcessDispatcher, evaluator_info
+from evolve.config import Config, ConfigError, config_from_dict, load_config
+from evolve.dispatch.base import Dispatcher
+# The dispatcher factory lives beside the sweep's shared pool; its other names stay importable
+# from here for the scripts in bench/ and the tests that import them so.
+from evolve.dispatch.pool import (  # noqa: F401
+    Dispatchers,
+    eval_settings,
+    evaluator_spec,
+    make_dispatcher,
+    make_evaluator,
+    uses_ray,
+)
 from evolve.search.loop import Search, run_search
 from evolve.search.population import Candidate
-from evolve.dispatch.ray import EvaluatorSpec, RayDispatcher
 from evolve.search.variation import seed_space
-from fitness import EvalSettings, Evaluator, screen, shape_knobs
+from fitness import screen, shape_knobs
 from operators import (
     OFFLINE_MESSAGE,
     LlmProposer,
@@ -37,20 +46,14 @@ from operators import (
     resolve_space,
 )
 from operators.llm import client as llm_client
-from platforms import get_platform
 from platforms.guidance import guidance
-from platforms.profiling import ProfilerConfigError
 from population_store import RunStore, StoreError
 
 log = logging.getLogger(__name__)
 
-STORE_FILE = "run.sqlite"
+STORE_FILE = "run.sqlite"  # a run directory's store; every other module takes the name from here
 LOCK_FILE = "run.lock"
 SETUP_KEY = "setup"
-
-
-#: Builds the dispatcher for a config: ``make_dispatcher``, or a sweep's shared pool.
-Dispatchers = Callable[[Config], AbstractContextManager[tuple[Dispatcher, dict[str, Any]]]]
 
 
 class RunError(Exception):
@@ -149,65 +152,6 @@ def search_space(config: Config, seeds: list[str]) -> dict[str, tuple[int, ...]]
         except SyntaxError as exc:
             raise ConfigError(f"seed {path} does not parse: line {exc.lineno}: {exc.msg}") from None
     return space
-
-
-def make_evaluator(config: Config) -> Evaluator:
-    """The evaluator the config describes (raises ``ProblemError``, ``CutoffError``, ``PlatformUnavailable``)."""
-    return evaluator_spec(config).build()
-
-
-def evaluator_spec(config: Config) -> EvaluatorSpec:
-    """What builds the config's evaluator, in this process or in a Ray actor."""
-    problem = config.problem
-    return EvaluatorSpec(str(problem.reference), platform=config.platform.value, shapes=dict(problem.shapes),
-                         max_abs_diff=config.fitness.max_abs_diff, held_out=problem.held_out_shapes,
-                         settings=eval_settings(config), dtype=problem.dtype)
-
-
-def eval_settings(config: Config) -> EvalSettings:
-    """The evaluator's settings from the config: its timeout and how parents are profiled."""
-    profiler = config.profiler
-    return EvalSettings(timeout_s=config.fitness.timeout_s, probes=config.fitness.probes,
-                        profiler_enabled=profiler.enabled,
-                        ncu_bin_path=None if profiler.ncu_bin_path is None else str(profiler.ncu_bin_path),
-                        rocprof_bin_path=None if profiler.rocprof_bin_path is None else str(profiler.rocprof_bin_path),
-                        profile_timeout_s=profiler.timeout_s)
-
-
-def uses_ray(config: Config) -> bool:
-    """Whether the config's candidates are evaluated on Ray actors rather than in this process.
-
-    ``cluster.actors`` decides when it is set (0: in process); left out, Ray
-    is used when a cluster address is given or the platform is a GPU.
-    """
-    actors = config.cluster.actors
-    if actors is not None:
-        return actors > 0
-    if config.cluster.address is not None:
-        return True
-    if config.platform is PlatformName.AUTO:
-        return get_platform("auto").name != PlatformName.CPU.value
-    return config.platform is not PlatformName.CPU
-
-
-@contextlib.contextmanager
-def make_dispatcher(config: Config) -> Iterator[tuple[Dispatcher, dict[str, Any]]]:
-    """The dispatcher the config describes, and where it evaluates (platform, device_name, cutoff).
-
-    Raises what ``make_evaluator`` raises, ``RayUnavailable``, and ``ConfigError``
-    for a profiler path that is not an executable.
-    """
-    try:
-        if not uses_ray(config):
-            with make_evaluator(config) as evaluator, InProcessDispatcher(evaluator) as dispatcher:
-                yield dispatcher, evaluator_info(evaluator)
-            return
-        cluster = config.cluster
-        with RayDispatcher(evaluator_spec(config), num_actors=cluster.actors, address=cluster.address,
-                           slots=cluster.slots) as dispatcher:
-            yield dispatcher, dict(dispatcher.info)
-    except ProfilerConfigError as exc:
-        raise ConfigError(str(exc)) from None
 
 
 def check_llm(config: Config) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from evolve.search.loop import STATE_KEY
+from evolve.session import STORE_FILE
 from population_store import Individual, RunStore, source_hash
 from tests.conftest import PROBLEMS, ROOT
 
@@ -55,7 +56,7 @@ search: {{population_size: {POPULATION}, max_evaluations: {BUDGET}, seed: 11}}
 platform: cpu
 """)
     run_dir = tmp / "run"
-    store_path = run_dir / "run.sqlite"
+    store_path = run_dir / STORE_FILE
     run = subprocess.Popen([sys.executable, "-m", "evolve.cli", "run", str(config), "--run-dir", str(run_dir)],
                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     live, others = {}, {}
@@ -101,7 +102,7 @@ def test_a_killed_run_resumes_to_exactly_its_budget(killed_and_resumed):
     assert "max_evaluations reached" in resumed.stderr
     progress = [line for line in resumed.stderr.splitlines() if f"/{BUDGET} evaluated" in line]
     assert progress and all(w in progress[-1] for w in (f"{BUDGET}/{BUDGET}", "best", "x)", "accepted", "eval/s"))
-    after, state = snapshot(run_dir / "run.sqlite")
+    after, state = snapshot(run_dir / STORE_FILE)
     assert len(after) == BUDGET and state["evaluations"] == BUDGET
     assert all(i.status != "pending" for i in after.values())
     assert len({i.source_hash for i in after.values()}) == BUDGET  # no source evaluated twice
@@ -117,7 +118,7 @@ def test_a_killed_run_resumes_to_exactly_its_budget(killed_and_resumed):
 
 def test_resume_continues_the_stored_random_state(killed_and_resumed):
     run_dir, (before, state_before), resumed, _ = killed_and_resumed
-    after, _ = snapshot(run_dir / "run.sqlite")
+    after, _ = snapshot(run_dir / STORE_FILE)
     cut = state_before["generation"] + 1  # the generation the kill cut short
     made_before_kill = [i for i in sorted(before) if i > state_before["last_id"]]
     generation = [i for i in sorted(after) if after[i].generation == cut]
@@ -127,7 +128,7 @@ def test_resume_continues_the_stored_random_state(killed_and_resumed):
     assert generation[:len(made_before_kill)] == made_before_kill
     assert len(generation) == min(POPULATION, BUDGET - state_before["evaluations"])
     assert "not made again" not in resumed.stderr
-    with RunStore.open(run_dir / "run.sqlite", readonly=True) as store:
+    with RunStore.open(run_dir / STORE_FILE, readonly=True) as store:
         # the CPU's profiler fallback is recorded once, not again by the resumed session
         assert [e["kind"] for e in store.events()] == ["started", "profiler_fallback", "resumed", "stopped"]
 
@@ -150,7 +151,7 @@ def test_report_json_holds_a_verify_like_best_record(killed_and_resumed):
     best = report["best"]
     for key in ("status", "max_abs_diff", "runtime_ms", "reference_ms", "speedup", "reason", "source_hash"):
         assert key in best
-    with RunStore.open(run_dir / "run.sqlite", readonly=True) as store:
+    with RunStore.open(run_dir / STORE_FILE, readonly=True) as store:
         fastest = store.best(1)[0]
     assert best["source_hash"] == fastest.source_hash and best["runtime_ms"] == fastest.runtime_ms
     assert best["status"] == "accepted" and best["speedup"] == best["reference_ms"] / best["runtime_ms"]
@@ -169,7 +170,7 @@ def test_report_text_shows_top_kernels_and_lineage(killed_and_resumed):
 
 def test_export_writes_the_best_kernel(killed_and_resumed, tmp_path):
     run_dir, *_ = killed_and_resumed
-    with RunStore.open(run_dir / "run.sqlite", readonly=True) as store:
+    with RunStore.open(run_dir / STORE_FILE, readonly=True) as store:
         best = store.best(1)[0]
     printed = kevo("export", run_dir, timeout=120)
     assert printed.returncode == 0 and printed.stdout == best.source
@@ -188,7 +189,7 @@ def test_usage_errors_exit_2_with_one_line(killed_and_resumed, tmp_path):
                       f"  seeds: [{PROBLEMS}/matvec/seed.py]\n  shapes: {{M: 33, K: 300}}\nplatform: cpu\n")
     one_line_error(kevo("run", config, "--run-dir", run_dir), "run", "already holds a run", "kevo resume")
     nothing = tmp_path / "failed"
-    with RunStore.create(nothing / "run.sqlite", {"problem": {}}) as store:
+    with RunStore.create(nothing / STORE_FILE, {"problem": {}}) as store:
         src = "x = 1\n"
         store.add_individual(Individual(None, src, source_hash(src), 0, 0, "seed", [], {}, status="compile_error",
                                         result={"status": "compile_error", "reason": "no"}))

@@ -1,4 +1,4 @@
-"""Sweeps (evolve.sweep, ``kevo sweep``): many problems as one resumable job, on the CPU."""
+"""Sweeps (evolve.sweep_file, evolve.sweep, ``kevo sweep``): many problems as one resumable job, on the CPU."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -17,7 +18,10 @@ import yaml
 from tests.conftest import PROBLEMS, ROOT, SMALL_SHAPES
 
 from evolve.config import ConfigError
-from evolve.sweep import SUMMARY_FILE, Outcome, load_sweep, summary_dict
+from evolve.report import Outcome, sweep_summary
+from evolve.session import STORE_FILE
+from evolve.sweep import SUMMARY_FILE, run_sweep
+from evolve.sweep_file import load_sweep
 from population_store import RunStore
 
 DEFAULTS = {"search": {"population_size": 3, "max_evaluations": 6, "seed": 1}, "platform": "cpu",
@@ -101,7 +105,7 @@ def test_a_problem_without_seed_is_skipped_without_an_llm(tmp_path):
 def test_summary_in_the_fields_terms():
     outcomes = [Outcome("a", "finished", best_ms=1.0, speedup=2.5), Outcome("b", "finished", best_ms=1.0, speedup=0.8),
                 Outcome("c", "finished", best_ms=1.0, speedup=1.6), Outcome("d", "failed", "no seed accepted")]
-    s = summary_dict(outcomes)
+    s = sweep_summary(outcomes)
     assert s["fraction_correct"] == 0.75
     assert (s["fast_1"], s["fast_1.5"], s["fast_2"]) == (0.5, 0.5, 0.25)
     assert s["geomean_speedup_correct"] == pytest.approx((2.5 * 0.8 * 1.6) ** (1 / 3))
@@ -117,7 +121,7 @@ def test_kevo_sweep_runs_every_problem_and_resumes_after_kill_9(tmp_path):
     # kill -9 once the last run has committed a result
     proc = subprocess.Popen([sys.executable, "-m", "evolve.cli", "sweep", str(sweep), "--run-dir", str(run_dir)],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    store = run_dir / "002-matmul" / "run.sqlite"
+    store = run_dir / "002-matmul" / STORE_FILE
     deadline = time.monotonic() + 400
     while time.monotonic() < deadline and proc.poll() is None:
         if store.exists():
@@ -139,7 +143,7 @@ def test_kevo_sweep_runs_every_problem_and_resumes_after_kill_9(tmp_path):
     assert runs["001-lax"]["status"] == "failed" and "cutoff" in runs["001-lax"]["reason"]
     assert runs["002-matmul"]["status"] == "finished"
     for name in ("000-elementwise", "002-matmul"):
-        with RunStore.open(run_dir / name / "run.sqlite", readonly=True) as s:
+        with RunStore.open(run_dir / name / STORE_FILE, readonly=True) as s:
             rows = s.individuals()
             assert len(rows) == 6 and all(r.status != "pending" for r in rows)
             assert len({r.source_hash for r in rows}) == 6  # nothing evaluated twice
@@ -159,31 +163,62 @@ def test_the_shipped_suite_sweep_loads():
     assert all(e.config["platform"] == "cuda" for e in entries)
 
 
-def test_a_run_that_fails_in_kevo_itself_is_recorded_and_the_sweep_goes_on(tmp_path):
-    from evolve.sweep import run_sweep
+def test_a_run_that_fails_in_kevo_itself_is_recorded_and_the_sweep_goes_on(tmp_path, monkeypatch):
     from fitness import ProblemError
+    from platforms import PlatformUnavailable
 
-    sweep = write_sweep(tmp_path / "s.yaml", [problem("elementwise"), problem("softmax")])
+    sweep = write_sweep(tmp_path / "s.yaml", [problem("elementwise"), problem("softmax"), problem("matmul")])
     entries = load_sweep(sweep)
     started = []
+    failures = [RuntimeError("kevo's worker failed (a bug of kevo):\nTraceback ..."),
+                ProblemError("the reference fails"), PlatformUnavailable("no such GPU")]
 
-    def start(config_path: Path, run_dir: Path) -> str:
+    def start(config_path: Path, run_dir: Path, observer, dispatchers) -> str:
         started.append(run_dir.name)
-        if len(started) == 1:
-            raise RuntimeError("kevo's worker failed (a bug of kevo):\nTraceback ...")
-        raise ProblemError("the reference fails")
+        raise failures[len(started) - 1]
 
-    def resume(run_dir: Path) -> str:
-        raise AssertionError("nothing to resume")
-
-    outcomes = run_sweep(entries, tmp_path / "out", start, resume)
-    assert started == [entries[0].name, entries[1].name]  # the sweep went on past the failure
-    assert [o.status for o in outcomes] == ["failed", "failed"]
+    monkeypatch.setattr("evolve.sweep.start_run", start)
+    monkeypatch.setattr("evolve.sweep.resume_run", lambda *a, **k: pytest.fail("nothing to resume"))
+    outcomes = run_sweep(entries, tmp_path / "out")
+    assert started == [e.name for e in entries]  # the sweep went on past each failure
+    assert [o.status for o in outcomes] == ["failed", "failed", "failed"]
     assert outcomes[0].reason.startswith("kevo failed (RuntimeError: kevo's worker failed")
     assert outcomes[1].reason == "ProblemError: the reference fails"
+    assert outcomes[2].reason == "PlatformUnavailable: no such GPU"  # the user's, as `kevo run` has it
     stored = json.loads((tmp_path / "out" / entries[0].name / "failed.json").read_text())
     assert stored["reason"] == outcomes[0].reason  # a resumed sweep does not run it again
-    assert json.loads((tmp_path / "out" / SUMMARY_FILE).read_text())["problems"] == 2
+    assert json.loads((tmp_path / "out" / SUMMARY_FILE).read_text())["problems"] == 3
+    monkeypatch.setattr("evolve.sweep.start_run", lambda *a, **k: pytest.fail("started again"))
+    assert [o.reason for o in run_sweep(entries, tmp_path / "out")] == [o.reason for o in outcomes]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("defaults, words", [
+    ({**DEFAULTS, "platform": "cuda", "cluster": {}}, "platform 'cuda' is not available on this machine"),
+    ({**DEFAULTS, "platform": "rocm", "cluster": {"actors": 0}}, "platform 'rocm' is not available"),
+    ({**DEFAULTS, "cluster": {"address": f"127.0.0.1:{free_port()}"}}, "nothing answers there"),
+])
+def test_a_sweep_this_machine_cannot_run_says_so_in_one_line_before_any_run(tmp_path, defaults, words):
+    """No GPU of the kind asked for, or no Ray cluster at the address: exit 2 at once, as `kevo run`
+    does for bad input, with nothing started (not one failed run per problem)."""
+    if defaults["platform"] != "cpu":
+        from platforms import get_platform
+
+        if get_platform("auto").name == defaults["platform"]:
+            pytest.skip(f"this machine has a {defaults['platform']} GPU")
+    sweep = write_sweep(tmp_path / "s.yaml", [problem("elementwise"), problem("softmax")], defaults)
+    began = time.monotonic()
+    done = kevo("sweep", sweep, "--run-dir", tmp_path / "sweep", timeout=60)
+    assert time.monotonic() - began < 30
+    assert done.returncode == 2, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and words in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and "000-elementwise" in done.stderr
+    assert not (tmp_path / "sweep").exists()  # no run directory, no sweep directory
 
 
 def test_runs_given_by_reference_are_named_after_the_problem_file(tmp_path, kernelbench_folder):

@@ -102,7 +102,10 @@ def start_ray(address: str | None = None, num_cpus: int | None = None, num_gpus:
         return
     if address is not None:
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-        ray.init(address=address, log_to_driver=False)
+        try:
+            ray.init(address=address, log_to_driver=False)
+        except ConnectionError as exc:  # e.g. address "auto" with no cluster on this machine
+            raise RayUnavailable(f"cannot join the Ray cluster at cluster.address {address!r}: {exc}") from None
         return
     home = os.environ.get("HOME")
     os.environ["HOME"] = _bootstrap_home()
