@@ -1,5 +1,5 @@
-"""What makes offspring: parametric mutation and crossover over a kernel's tunable numbers,
-and LLM mutation, crossover and seeding (``operators.llm``; litellm is imported only when a model is called)."""
+"""What makes offspring: parametric mutation and crossover over a kernel's tunables (its numbers and
+its structural choices), and LLM mutation, crossover and seeding (``operators.llm``; litellm is imported only when a model is called)."""
 
 from operators.parametric import (
     CROSSOVER,
@@ -17,10 +17,12 @@ from operators.space import (
     KindRule,
     SearchSpace,
     SpaceError,
+    Value,
     default_choices,
     read_declared_space,
 )
-from operators.tunables import Span, Tunable, apply_params, find_tunables, params_of
+from operators.literals import Span, Tunable
+from operators.tunables import apply_params, find_tunables, params_of
 from operators.edits import Edit, EditError, Extracted, apply_edits, extract_code, parse_edits
 from operators.llm import (
     BUDGET_EXHAUSTED,
@@ -53,6 +55,7 @@ __all__ = [
     "SpaceError",
     "Span",
     "Tunable",
+    "Value",
     "apply_params",
     "check_space",
     "crossover",

@@ -1,7 +1,8 @@
-"""Parametric mutation and crossover: new settings for a kernel's tunable numbers.
+"""Parametric mutation and crossover: new settings for a kernel's tunables.
 
-Both operators only ever rewrite the integer literals ``find_tunables`` reports,
-only to values of the search space, and draw every random choice from the
+Both operators only ever rewrite the literals ``find_tunables`` reports (the
+numbers, and the structural choices such as a dot's input precision), only to
+values of the search space, and draw every random choice from the
 ``random.Random`` they are given, so a seed reproduces an offspring exactly.
 
 The space of a candidate is resolved per tunable: the space passed in (a run's
@@ -20,13 +21,14 @@ import math
 import random
 from collections.abc import Mapping, Sequence
 
-from operators.space import SearchSpace, SpaceError, read_declared_space
-from operators.tunables import Tunable, edit_tunables, find_tunables, replace_spans
+from operators.literals import Tunable, replace_spans
+from operators.space import SearchSpace, SpaceError, Value, read_declared_space
+from operators.tunables import edit_tunables, find_tunables
 
 MUTATION = "parametric_mutation"
 CROSSOVER = "parametric_crossover"
 
-SpaceLike = SearchSpace | Mapping[str, Sequence[int]] | None
+SpaceLike = SearchSpace | Mapping[str, Sequence[Value]] | None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,12 +36,12 @@ class Offspring:
     """A new candidate: its source, the values of all its tunables, and how it was made."""
 
     source: str
-    params: dict[str, int]
+    params: dict[str, Value]
     operator: str
     description: str  # e.g. "add_kernel.BLOCK_SIZE 1024→2048"
 
 
-def resolve_space(source: str, space: SpaceLike = None) -> dict[str, tuple[int, ...]]:
+def resolve_space(source: str, space: SpaceLike = None) -> dict[str, tuple[Value, ...]]:
     """The allowed values of every tunable of ``source``, by name.
 
     ``space`` wins over the file's ``KEVO_SPACE``, which wins over the defaults.
@@ -132,7 +134,7 @@ def _as_space(space: SpaceLike) -> SearchSpace:
     return SearchSpace.from_mapping(space)
 
 
-def _resolve(source: str, tunables: list[Tunable], space: SpaceLike) -> dict[str, tuple[int, ...]]:
+def _resolve(source: str, tunables: list[Tunable], space: SpaceLike) -> dict[str, tuple[Value, ...]]:
     in_file = read_declared_space(source)
     _require_known_names(in_file, tunables)
     declared = _as_space(space).over(in_file)
@@ -153,6 +155,6 @@ def _skeleton(source: str, tunables: list[Tunable]) -> tuple[tuple[str, ...], st
 
 @functools.lru_cache(maxsize=4096)
 def _skeleton_cached(source: str, tunables: tuple[Tunable, ...]) -> tuple[tuple[str, ...], str]:
-    blanked = replace_spans(source, [(span, "0") for t in tunables for span in t.spans])
+    blanked = replace_spans(source, [(span, t.text(0)) for t in tunables for span in t.spans])
     return tuple(t.name for t in tunables), ast.dump(ast.parse(blanked))
 

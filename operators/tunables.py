@@ -1,7 +1,8 @@
-"""Find the integer literals a Triton candidate exposes as tunables, and rewrite them.
+"""Find the tunables a Triton candidate exposes, and rewrite them.
 
-A tunable is one integer literal in the source whose value can change without
-changing what the kernel computes, given a correct kernel:
+A tunable is one value in the source that can change without changing what
+the kernel computes, given a correct kernel (or whose change the cutoff
+polices). The numbers are found here:
 
 - ``num_warps``, ``num_stages`` and ``num_ctas`` given to a launch
   ``kernel[grid](...)`` of a module-level ``@triton.jit`` function;
@@ -13,6 +14,10 @@ changing what the kernel computes, given a correct kernel:
 - the same numbers in the literal ``triton.Config({...}, num_warps=...)``
   entries of ``@triton.autotune(configs=[...])``.
 
+The named choices a kernel's text makes (a dot's ``input_precision``, a
+load's ``eviction_policy``, a GEMM's ``GROUP_M`` fixed in its body) are found
+by ``operators.structural``; ``find_tunables`` reports both, in source order.
+
 A block size is often repeated as a literal in the launch's grid
 (``k[(triton.cdiv(n, 1024),)](x, n, BLOCK=1024)``, or a ``grid = ...`` of the
 same function that the launch names): changing one without the other leaves
@@ -23,7 +28,7 @@ two launches share one, which is which cannot be told, and those tunables are
 left out (logged once per source).
 
 Values are rewritten by replacing the literal's own characters, so comments and
-formatting survive.
+formatting survive (``operators.literals``).
 """
 
 from __future__ import annotations
@@ -31,12 +36,16 @@ from __future__ import annotations
 import ast
 import dataclasses
 import functools
-import re
+import logging
 from collections.abc import Iterator, Mapping
 
-import logging
+from operators.literals import (Kernel, Span, Tunable, check_values, decorator_name, dotted, int_literal,
+                                jit_kernels, replace_spans)
+from operators.space import CONSTEXPR_NAME_KINDS, Kind, Value
+from operators.structural import structural_tunables
 
-from operators.space import Kind
+__all__ = ["LAUNCH_OPTION_KINDS", "Span", "Tunable", "apply_params", "edit_tunables", "find_tunables",
+           "params_of", "replace_spans"]
 
 log = logging.getLogger(__name__)
 
@@ -48,43 +57,6 @@ LAUNCH_OPTION_KINDS: Mapping[str, Kind] = {
 }
 
 _SCOPE_NODES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)
-_NEWLINE = re.compile(rb"\r\n|\r|\n")
-
-
-@dataclasses.dataclass(frozen=True)
-class Span:
-    """Where a literal sits, in ``ast`` terms: 1-based lines, UTF-8 byte columns."""
-
-    lineno: int
-    col: int
-    end_lineno: int
-    end_col: int
-
-    @classmethod
-    def of(cls, node: ast.expr) -> Span:
-        return cls(node.lineno, node.col_offset, node.end_lineno, node.end_col_offset)
-
-
-@dataclasses.dataclass(frozen=True)
-class Tunable:
-    """One integer literal of a candidate that a parametric operator may change.
-
-    ``name`` is stable across values: ``add_kernel.BLOCK_SIZE`` and
-    ``add_kernel.num_warps`` for literals of a launch (``add_kernel@2.…`` for
-    the kernel's second launch), ``forward.BLOCK`` for an assignment in
-    ``forward``, ``add_kernel.configs[0].BLOCK_SIZE`` for an autotune config.
-    """
-
-    name: str
-    value: int
-    kind: Kind
-    span: Span
-    ties: tuple[Span, ...] = ()  # literals elsewhere (the launch's grid) that hold the same number
-
-    @property
-    def spans(self) -> tuple[Span, ...]:
-        """Every literal that is rewritten when this tunable changes."""
-        return (self.span, *self.ties)
 
 
 def find_tunables(source: str) -> list[Tunable]:
@@ -103,8 +75,9 @@ def find_tunables(source: str) -> list[Tunable]:
 @functools.lru_cache(maxsize=4096)
 def _find_tunables(source: str) -> tuple[Tunable, ...]:
     tree = ast.parse(source)
-    kernels = _jit_kernels(tree)
+    kernels = jit_kernels(tree)
     found = list(_autotune_tunables(kernels))
+    found.extend(structural_tunables(source, kernels))
     launches_seen: dict[str, int] = {}
     for scope in [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))]:
         found.extend(_launch_tunables(scope, kernels, launches_seen))
@@ -118,12 +91,12 @@ def _find_tunables(source: str) -> tuple[Tunable, ...]:
     return tuple(unique)
 
 
-def params_of(source: str) -> dict[str, int]:
+def params_of(source: str) -> dict[str, Value]:
     """The current value of every tunable of ``source``, by name."""
     return {t.name: t.value for t in find_tunables(source)}
 
 
-def apply_params(source: str, params: Mapping[str, int]) -> str:
+def apply_params(source: str, params: Mapping[str, Value]) -> str:
     """``source`` with the named tunables set to the given values; every other byte is kept.
 
     Raises ``KeyError`` for a name that is not a tunable of ``source``.
@@ -135,101 +108,39 @@ def apply_params(source: str, params: Mapping[str, int]) -> str:
     return edit_tunables(source, list(tunables.values()), params)
 
 
-def edit_tunables(source: str, tunables: list[Tunable], values: Mapping[str, int]) -> str:
+def edit_tunables(source: str, tunables: list[Tunable], values: Mapping[str, Value]) -> str:
     """``apply_params`` for tunables already found in ``source``."""
-    for name, value in values.items():
-        if type(value) is not int:
-            raise TypeError(f"{name} must be set to an int, got {value!r}")
+    check_values({t.name: t for t in tunables}, values)
     if not values:
         return source
-    # Each span is an integer literal and becomes another one, so the syntax holds
-    # (every offspring is parsed again by the screen before it is evaluated).
-    return replace_spans(source, [(span, str(values[t.name])) for t in tunables if t.name in values
+    # Each span is a literal (or a keyword) and becomes another one of its kind, so the
+    # syntax holds (every offspring is parsed again by the screen before it is evaluated).
+    return replace_spans(source, [(span, t.text(values[t.name])) for t in tunables if t.name in values
                                   for span in t.spans])
 
 
-def replace_spans(source: str, edits: list[tuple[Span, str]]) -> str:
-    """``source`` with the text at each (non-overlapping) span replaced."""
-    data = source.encode()
-    line_starts = [0] + [m.end() for m in _NEWLINE.finditer(data)]
-    pieces = []
-    cursor = 0
-    offsets = sorted(
-        (line_starts[s.lineno - 1] + s.col, line_starts[s.end_lineno - 1] + s.end_col, text) for s, text in edits
-    )
-    for start, end, text in offsets:
-        if start < cursor:
-            raise ValueError(f"overlapping edits at byte {start}")
-        pieces += [data[cursor:start], text.encode()]
-        cursor = end
-    pieces.append(data[cursor:])
-    return b"".join(pieces).decode()
-
-
 # --- discovery helpers ------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class _Kernel:
-    node: ast.FunctionDef
-    constexprs: frozenset[str]
-
-
-def _dotted(node: ast.expr) -> str:
-    """``triton.language.constexpr`` for that attribute chain; '' for anything else."""
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        base = _dotted(node.value)
-        return f"{base}.{node.attr}" if base else ""
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):  # a string annotation
-        return node.value
-    return ""
-
-
-def _decorator_name(node: ast.expr) -> str:
-    return _dotted(node.func if isinstance(node, ast.Call) else node)
-
-
-def _jit_kernels(tree: ast.Module) -> dict[str, _Kernel]:
-    kernels = {}
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and any(
-            _decorator_name(d) in ("triton.jit", "jit") for d in node.decorator_list
-        ):
-            params = node.args.posonlyargs + node.args.args + node.args.kwonlyargs
-            constexprs = frozenset(p.arg for p in params if p.annotation is not None and _is_constexpr(p.annotation))
-            kernels[node.name] = _Kernel(node, constexprs)
-    return kernels
-
-
-def _is_constexpr(annotation: ast.expr) -> bool:
-    return _dotted(annotation).split(".")[-1] == "constexpr"
-
-
-def _int_literal(node: ast.expr | None) -> int | None:
-    if isinstance(node, ast.Constant) and type(node.value) is int:
-        return node.value
-    return None
 
 
 def _is_power_of_two(value: int) -> bool:
     return value > 0 and value & (value - 1) == 0
 
 
-def _kind_of(option: str, kernel: _Kernel, value: int | None) -> Kind | None:
+def _kind_of(option: str, kernel: Kernel, value: int | None) -> Kind | None:
     """The kind of a launch or config keyword, or None when it is not tunable."""
     if option in LAUNCH_OPTION_KINDS:
         return LAUNCH_OPTION_KINDS[option]
+    if option in kernel.constexprs and option in CONSTEXPR_NAME_KINDS:
+        return CONSTEXPR_NAME_KINDS[option]
     if option in kernel.constexprs and (value is None or _is_power_of_two(value)):
         return Kind.BLOCK  # a constexpr holding a flag or a count is not a size: leave it alone
     return None
 
 
-def _autotune_tunables(kernels: Mapping[str, _Kernel]) -> Iterator[Tunable]:
+def _autotune_tunables(kernels: Mapping[str, Kernel]) -> Iterator[Tunable]:
     for name, kernel in kernels.items():
         for decorator in kernel.node.decorator_list:
-            if not (isinstance(decorator, ast.Call) and _decorator_name(decorator) in ("triton.autotune", "autotune")):
+            if not (isinstance(decorator, ast.Call) and decorator_name(decorator) in ("triton.autotune", "autotune")):
                 continue
             configs = next((k.value for k in decorator.keywords if k.arg == "configs"), None)
             if configs is None and decorator.args:
@@ -240,8 +151,8 @@ def _autotune_tunables(kernels: Mapping[str, _Kernel]) -> Iterator[Tunable]:
                 yield from _config_tunables(f"{name}.configs[{index}]", config, kernel)
 
 
-def _config_tunables(prefix: str, config: ast.expr, kernel: _Kernel) -> Iterator[Tunable]:
-    if not (isinstance(config, ast.Call) and _dotted(config.func) in ("triton.Config", "Config")):
+def _config_tunables(prefix: str, config: ast.expr, kernel: Kernel) -> Iterator[Tunable]:
+    if not (isinstance(config, ast.Call) and dotted(config.func) in ("triton.Config", "Config")):
         return
     options: list[tuple[str, ast.expr]] = [(k.arg, k.value) for k in config.keywords if k.arg]
     meta = config.args[0] if config.args else next((k.value for k in config.keywords if k.arg == "kwargs"), None)
@@ -252,7 +163,7 @@ def _config_tunables(prefix: str, config: ast.expr, kernel: _Kernel) -> Iterator
             if isinstance(key, ast.Constant) and isinstance(key.value, str)
         ]
     for option, node in options:
-        value = _int_literal(node)
+        value = int_literal(node)
         kind = _kind_of(option, kernel, value) if value is not None else None
         if kind is not None:
             yield Tunable(f"{prefix}.{option}", value, kind, Span.of(node))
@@ -269,7 +180,7 @@ def _scope_nodes(scope: ast.AST) -> Iterator[ast.AST]:
 
 
 def _launch_tunables(
-    scope: ast.AST, kernels: Mapping[str, _Kernel], launches_seen: dict[str, int]
+    scope: ast.AST, kernels: Mapping[str, Kernel], launches_seen: dict[str, int]
 ) -> Iterator[Tunable]:
     """Tunables of the launches written directly in ``scope`` (a module or a function)."""
     nodes = list(_scope_nodes(scope))
@@ -295,7 +206,7 @@ def _launch_tunables(
         for keyword in call.keywords:
             if keyword.arg is None:
                 continue
-            value = _int_literal(keyword.value)
+            value = int_literal(keyword.value)
             kind = _kind_of(keyword.arg, kernels[kernel_name], value)
             if kind is None:
                 continue
@@ -329,7 +240,7 @@ def _grid_literals(scope: ast.AST, nodes: list[ast.AST], grid: ast.expr) -> list
         node = stack.pop()
         if isinstance(node, ast.Lambda):
             continue
-        if _int_literal(node) is not None:
+        if int_literal(node) is not None:
             found.append(node)
         stack.extend(ast.iter_child_nodes(node))
     return found
@@ -368,9 +279,9 @@ def _sole_int_assignment(scope: ast.AST, nodes: list[ast.AST], variable: str) ->
     target = bindings[0]
     for node in nodes:
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and node.targets[0] is target:
-            return node.value if _int_literal(node.value) is not None else None
+            return node.value if int_literal(node.value) is not None else None
         if isinstance(node, ast.AnnAssign) and node.target is target:
-            return node.value if _int_literal(node.value) is not None else None
+            return node.value if int_literal(node.value) is not None else None
     return None
 
 

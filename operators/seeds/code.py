@@ -14,6 +14,8 @@ import ast
 import re
 from typing import Any
 
+from operators.seeds.index import launch_flag, spill_y_into_z, widen
+
 #: The seed's function that does what Inductor's call() did.
 CALL_FUNCTION = "_inductor_call"
 
@@ -42,7 +44,7 @@ class _Kernel:
         self.function = mains[0]
         # functions of its own it calls (a scan's combine function): plain @triton.jit, kept as they are
         self.companions = [f for f in functions if f is not self.function]
-        self.kind, self.meta, self.size_hints = _heuristics(self.function, name)
+        self.kind, self.meta, self.size_hints, self.signature = _heuristics(self.function, name)
         self.grid_type = self.meta.get("grid_type", "Grid1D")
         self.grid_args: list[str] = []  # a template's grid, passed after its arguments
         if self.kind == "template":
@@ -68,6 +70,9 @@ class _Kernel:
         if missing:
             raise ConversionError(f"kernel {name}: no value for its constexpr parameter(s) {', '.join(missing)}")
         self.function.decorator_list = [ast.parse("triton.jit", mode="eval").body]
+        if self.grid_type == "Grid2D" and spill_y_into_z(self.function, self.runtime_params()):
+            self.grid_type = "Grid2DWithYZOverflow"
+        widen(self.function, self.signature)  # its 64-bit variant, for shapes past 2**31 elements
 
     def _default_config(self) -> dict[str, Any]:
         """Block sizes for a kernel whose autotuning was not recorded: valid for any size."""
@@ -155,20 +160,25 @@ def _has_heuristics(function: ast.FunctionDef) -> bool:
                for d in function.decorator_list)
 
 
-def _heuristics(function: ast.FunctionDef, name: str) -> tuple[str, dict[str, Any], dict[str, int]]:
-    """(the ``triton_heuristics`` decorator's name, its literal ``inductor_meta``, its ``size_hints``)."""
+def _heuristics(function: ast.FunctionDef, name: str) -> tuple[str, dict[str, Any], dict[str, int], dict[str, str]]:
+    """(the ``triton_heuristics`` decorator's name, its literal ``inductor_meta``, its ``size_hints``,
+    the argument types of its ``triton_meta`` signature)."""
     for decorator in function.decorator_list:
         if isinstance(decorator, ast.Call):
             dotted = ast.unparse(decorator.func)
             if dotted.startswith("triton_heuristics."):
                 meta: dict[str, Any] = {}
                 hints: dict[str, int] = {}
+                signature: dict[str, str] = {}
                 for keyword in decorator.keywords:
                     if keyword.arg == "inductor_meta":
                         meta = _literal_items(keyword.value)
                     elif keyword.arg == "size_hints":
                         hints = {k: v for k, v in _literal_items(keyword.value).items() if isinstance(v, int)}
-                return dotted.split(".", 1)[1], meta, hints
+                    elif keyword.arg == "triton_meta":
+                        found = _literal_items(keyword.value).get("signature")
+                        signature = {k: v for k, v in (found or {}).items() if isinstance(v, str)}
+                return dotted.split(".", 1)[1], meta, hints, signature
     raise ConversionError(f"kernel {name}: no triton_heuristics decorator in its source")
 
 
@@ -300,6 +310,8 @@ class _CallRewriter(ast.NodeTransformer):
                 blocks[option] = local
             else:
                 keywords.append(f"{option}={value!r}")
+        numels = [bound[p] for p in runtime if p.endswith("numel")]
+        keywords.append(launch_flag([ast.unparse(a) for a in call.args], numels))
         keywords.append(f"num_warps={kernel.chosen['num_warps']}")
         keywords.append(f"num_stages={kernel.chosen['num_stages']}")
         if kernel.grid_args:

@@ -20,7 +20,10 @@ file's text, and writes a standalone KernelBench candidate:
 - ``KEVO_SPACE``: per tunable, the values of the configs Inductor would have
   autotuned over together with kevo's default choices around the picked one
   (a persistent reduction's ``R0_BLOCK``, which must cover the whole row,
-  stays at the picked value).
+  stays at the picked value);
+- each kernel's 64-bit variant, chosen per launch (``operators.seeds.index``):
+  the seed is written at one shape and judged at others, past 2**31 elements
+  too, where Inductor would have compiled its 64-bit variant behind a guard.
 
 A max-autotune matmul template (what Inductor writes for a matmul when told
 not to call cuBLAS) gets its tile sizes, which Inductor bakes into its body,
@@ -43,6 +46,7 @@ from typing import Any
 from operators.seeds.code import (CALL_FUNCTION, ConversionError, NotTritonOnly, _call_function,
                                      _CallRewriter, _Kernel, _kernel_sources)
 from operators.seeds.helpers import _helper_code, _HelperRenamer, _helpers_used
+from operators.seeds.index import index_helper_source
 from operators.space import Kind, default_choices
 
 __all__ = ["CALL_FUNCTION", "ConversionError", "NotTritonOnly", "seed_source"]
@@ -210,6 +214,8 @@ def seed_source(recording: dict[str, Any], problem_source: str) -> str:
         "import torch\nimport torch.nn as nn\nimport triton\nimport triton.language as tl\n"
         "import triton.language.extra.libdevice as libdevice\n\ntl_math = tl.math",
         "KEVO_SPACE = " + _format_space(_space([kernels[name] for name in rewriter.launched])),
+        "# Each kernel has a 64-bit variant (INDEX_64) for shapes past 2**31 elements, as Inductor compiles one\n"
+        "# when its guard fails; each launch picks the variant its arguments need.\n" + index_helper_source(),
     ]
     if helpers:
         parts.append("# Inductor's runtime helpers (torch._inductor.runtime.triton_helpers) the kernels call")
