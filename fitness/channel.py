@@ -1,137 +1,187 @@
 """The evaluator's side of its sandboxed worker: starting it, handing it to another
-problem's evaluator, and one step at a time over its channel.
+problem's evaluator, and one step at a time (``fitness.protocol``) over its channel.
 
-``WorkerChannel`` is mixed into ``fitness.evaluator.Evaluator``, which sets what it
-uses (``platform``, ``settings``, ``walls``, ``_timed``, ``_worker``, ``_served``, ``_loaded``).
-A step may carry messages in its middle: the time step's checked runs, and a check's
-worker lending the device's timing lane out while Triton compiles
-(``fitness.lane``, ``Harness.compiling``); anything else there is forged.
+``WorkerChannel`` is an object the evaluator holds, given what it needs: the
+platform, the settings, and the counter of wall seconds by part that the
+evaluator reports. Every message of the worker is read with
+``fitness.protocol.read_reply``: a reply an honest worker does not send ends
+the worker and is the candidate's ``forbidden``. A step may carry messages in
+its middle: the time step's checked runs, and a check's worker lending the
+device's timing lane out while Triton compiles (``fitness.lane``,
+``Harness.compiling``); anything else there is forged.
 """
 
 from __future__ import annotations
 
+import collections
 import time
+from collections.abc import Callable
 from typing import Any
 
 from fitness.lane import Hold
+from fitness.prepared import Variant
+from fitness.protocol import (INTERIMS, Answer, Compiled, Compiling, Continue, Ok, Ping, ProtocolViolation, Refused,
+                              Reply, Reset, Step, read_reply)
+from fitness.result import Status
 from fitness.sandbox import WorkerGone, WorkerProcess
+from fitness.settings import EvalSettings
+from platforms import Platform
+
+#: ``interim(message, tensors)``: the answer to an interim message of a step (raises ``WorkerGone``).
+Interim = Callable[[Any, list], Answer]
 
 
 class WorkerChannel:
-    """Worker handling for ``Evaluator`` (see the module's docstring)."""
+    """One evaluator's worker (started when first needed, replaced when it dies) and its steps.
 
-    def _get_worker(self, check: bool = False) -> WorkerProcess:
-        if check and self._worker is not None:
+    ``served``: candidates the current worker has been handed; ``loaded``: the
+    variant its model was last built at (the evaluator's to set; None for a new
+    worker).
+    """
+
+    def __init__(self, platform: Platform, settings: EvalSettings, walls: collections.Counter[str]) -> None:
+        self.platform, self.settings, self.walls = platform, settings, walls
+        self.worker: WorkerProcess | None = None
+        self.served = 0
+        self.loaded: Variant | None = None
+
+    def get_worker(self, check: bool = False) -> WorkerProcess:
+        """The worker, started if there is none alive; ``check``: make sure it still answers."""
+        if check and self.worker is not None:
             # A worker that died between evaluations must not be charged to the
             # next candidate: make sure it still answers before handing it one.
             try:
-                self._worker.request({"step": "ping"}, timeout=30)
+                self._request(self.worker, Ping())
             except WorkerGone:
-                self._discard_worker()
-        if self._worker is None or not self._worker.alive():
-            if self._worker is not None:
-                self._worker.close()
-            index = getattr(self.platform, "index", 0)
-            self._served, self._loaded = 0, None
-            self._worker = WorkerProcess(
-                self.platform.name, index, dict(self.platform.worker_env),
+                self.discard()
+        if self.worker is None or not self.worker.alive():
+            if self.worker is not None:
+                self.worker.close()
+            self.served, self.loaded = 0, None
+            self.worker = WorkerProcess(
+                self.platform.name, getattr(self.platform, "index", 0), dict(self.platform.worker_env),
                 self.settings.startup_timeout_s, self.settings.memory_limit_bytes,
                 open_shared=self._open_shared,
             )
-            self._worker.kind = self._worker_kind()
-        return self._worker
+            self.worker.kind = self._worker_kind()
+        return self.worker
 
     def _worker_kind(self) -> tuple:
-        """What a worker is started with: a worker of the same kind can serve this evaluator."""
+        """What a worker is started with: a worker of the same kind can serve this channel."""
         return (self.platform.name, getattr(self.platform, "index", 0),
                 tuple(sorted(self.platform.worker_env.items())), self.settings.memory_limit_bytes)
 
-    def hand_over_worker(self) -> WorkerProcess | None:
-        """This evaluator's idle worker, reset (``Harness.reset``), for another problem's
-        evaluator on the same device (``adopt_worker``); None if it has none alive."""
-        worker, self._worker = self._worker, None
+    def device_name(self) -> str:
+        return self.worker.device_name if self.worker else self.platform.device_name()
+
+    def hand_over(self) -> WorkerProcess | None:
+        """This channel's idle worker, reset (``Harness.reset``), for another problem's
+        evaluator on the same device (``adopt``); None if it has none alive."""
+        worker, self.worker = self.worker, None
         if worker is None:
             return None
         try:
-            if worker.alive() and worker.request({"step": "reset"}, timeout=30)[0].get("ok"):
+            if worker.alive() and isinstance(self._request(worker, Reset()), Ok):
                 return worker
         except WorkerGone:
             pass
         worker.stop()
         return None
 
-    def adopt_worker(self, worker: WorkerProcess) -> bool:
-        """Take ``worker`` (from ``hand_over_worker``) as this evaluator's, if it has none and
-        the worker is of its kind. It has judged other candidates: a crash is retried on a
+    def adopt(self, worker: WorkerProcess) -> bool:
+        """Take ``worker`` (from ``hand_over``) as this channel's, if it has none and the
+        worker is of its kind. It has judged other candidates: a crash is retried on a
         fresh one, as for any reused worker."""
-        if self._worker is not None or getattr(worker, "kind", None) != self._worker_kind() or not worker.alive():
+        if self.worker is not None or getattr(worker, "kind", None) != self._worker_kind() or not worker.alive():
             return False
-        worker._open_shared = self._open_shared
-        self._worker, self._served, self._loaded = worker, 1, None
+        worker._open_shared = self._open_shared  # its copies are timed here now
+        self.worker, self.served, self.loaded = worker, 1, None
         return True
 
     def _open_shared(self, shared: dict, dtype: Any, shape: list, pid: int) -> Any:
-        with self._timed("hand-over"):
-            return self.platform.import_tensor(shared, dtype, shape, pid)
-
-    def start_worker(self) -> None:
-        """Start the worker now rather than at the first evaluation (a worker that fails
-        to start is retried then, and its failure reported there)."""
-        try:
-            self._get_worker()
-        except (WorkerGone, RuntimeError):
-            self._discard_worker()
-
-    def _discard_worker(self) -> None:
-        if self._worker is not None:
-            self._worker.stop()
-            self._worker = None
-
-    def _step(self, message: dict[str, Any], meanwhile: Any = None, interim: Any = None) -> tuple[dict[str, Any], list]:
-        """One worker step; ``meanwhile()`` (if given) runs here while the worker works.
-
-        A step may send messages of its own before its reply (the time step hands
-        checked runs over): ``interim(message, tensors)`` answers each with the
-        message the worker waits for. Raises ``WorkerGone``.
-        """
-        worker = self._get_worker()
         started = time.monotonic()
         try:
-            nonce = worker.send(message)
+            return self.platform.import_tensor(shared, dtype, shape, pid)
+        finally:
+            self.walls["hand-over"] += time.monotonic() - started
+
+    def start(self) -> None:
+        """Start the worker now rather than at the first step (a worker that fails to
+        start is retried then, and its failure reported there)."""
+        try:
+            self.get_worker()
+        except (WorkerGone, RuntimeError):
+            self.discard()
+
+    def discard(self) -> None:
+        """Stop the worker (the next step starts a fresh one)."""
+        if self.worker is not None:
+            self.worker.stop()
+            self.worker = None
+
+    def step(self, step: Step, meanwhile: Callable[[], None] | None = None,
+             interim: Interim | None = None) -> tuple[Reply, list]:
+        """One worker step: (its reply, the tensors it carries); ``meanwhile()`` (if given)
+        runs here while the worker works.
+
+        A step may send messages of its own before its reply (``step.interims()``):
+        ``interim(message, tensors)`` answers each. Raises ``WorkerGone``.
+        """
+        worker = self.get_worker()
+        started = time.monotonic()
+        try:
+            nonce = worker.send(step.to_wire())
             if meanwhile is not None:
                 meanwhile()
-            reply, tensors = worker.answer(nonce, self.settings.timeout_s)
-            while interim is not None and reply.get("interim"):
-                answer = interim(reply, tensors)
+            reply, tensors = self._answer(worker, nonce, step)
+            while isinstance(reply, INTERIMS):
+                answer = interim(reply, tensors)  # type: ignore[misc]  (a step with interims is given one)
                 del tensors  # our copy of these outputs goes before the next ones arrive
-                worker.send(answer)
-                reply, tensors = worker.answer(nonce, self.settings.timeout_s)
+                worker.send(answer.to_wire())
+                reply, tensors = self._answer(worker, nonce, step)
         except WorkerGone:
-            self._discard_worker()
+            self.discard()
             raise
         finally:
-            self.walls[f"step {message['step']}"] += time.monotonic() - started
-        if reply.get("fatal"):
-            self._discard_worker()
+            self.walls[f"step {step.KIND}"] += time.monotonic() - started
+        if isinstance(reply, Refused) and reply.fatal:
+            self.discard()
         return reply, tensors
 
-    def _lending(self, hold: Hold) -> Any:
+    def _answer(self, worker: WorkerProcess, nonce: str, step: Step) -> tuple[Reply, list]:
+        data, tensors = worker.answer(nonce, self.settings.timeout_s)
+        return _read(step, data, tensors), tensors
+
+    def _request(self, worker: WorkerProcess, step: Step) -> Reply:
+        """A short step without interim messages (ping, reset); raises ``WorkerGone`` (the
+        caller stops the worker)."""
+        return _read(step, *worker.request(step.to_wire(), timeout=30))
+
+    def lending(self, hold: Hold) -> Interim:
         """The answer to a worker that lends the lane out while it compiles, and takes it
         back (``Harness.compiling``): anything else in the middle of the step is forged."""
         lent_at = 0.0
 
-        def answer(reply: dict[str, Any], tensors: list) -> dict[str, Any]:
+        def answer(message: Any, tensors: list) -> Answer:
             nonlocal lent_at
-            kind = reply.get("interim")
-            if kind == "compiling" and hold.held and not tensors:
+            if isinstance(message, Compiling) and hold.held and not tensors:
                 self.platform.synchronize()  # the reference's work for this check is done too
                 hold.release()
                 lent_at = time.monotonic()
-            elif kind == "compiled" and not hold.held and not tensors:
+            elif isinstance(message, Compiled) and not hold.held and not tensors:
                 hold.acquire()  # waits for a timing in progress
                 self.walls["lane lent"] += time.monotonic() - lent_at
             else:
-                raise WorkerGone("forbidden", "the worker sent a message its step does not have")
-            return {"step": "continue"}
+                raise WorkerGone(Status.FORBIDDEN, "the worker sent a message its step does not have")
+            return Continue()
 
         return answer
+
+
+def _read(step: Step, data: Any, tensors: list) -> Reply:
+    """The worker's message in ``step`` (``fitness.protocol.read_reply``); one no honest
+    worker sends raises ``WorkerGone`` (forbidden)."""
+    try:
+        return read_reply(step, data, tensors)
+    except ProtocolViolation as violation:
+        raise WorkerGone(Status.FORBIDDEN, f"the worker broke the protocol ({violation})") from None

@@ -29,6 +29,7 @@ from fitness.lane import NoLane, TimingLane
 from fitness.prepared import PreparedProblem, Variant
 from fitness.probes import Probe
 from fitness.profiling import profile_candidate
+from fitness.protocol import Answer, Call, Continue, Load, Refused, Reply, Stop, Time, TimedRun
 from fitness.refusal import out_of_memory
 from fitness.result import EvalResult, Status
 from fitness.sandbox import WorkerGone, WorkerProcess
@@ -40,12 +41,13 @@ from platforms.profiling import Profiler, profiler_for
 log = logging.getLogger(__name__)
 
 
-class Evaluator(WorkerChannel):
+class Evaluator:
     """Judges candidates for one problem on one platform.
 
     ``prepared`` shares one ``PreparedProblem`` between the evaluators of a
     device (the slots of a Ray actor); without it the evaluator prepares its
-    own from the other arguments.
+    own from the other arguments. The evaluator's worker and the steps run
+    there are its ``channel`` (``fitness.channel``).
 
     >>> ev = Evaluator("problems/elementwise/reference.py", platform="cpu",
     ...                shapes={"batch_size": 4, "dim": 64})  # doctest: +SKIP
@@ -71,30 +73,36 @@ class Evaluator(WorkerChannel):
             prepared = PreparedProblem(reference, platform, shapes, max_abs_diff, held_out, settings,
                                        dtype, held_out_rng)
         self.prepared = prepared
-        self.reference_path = prepared.reference_path
-        self.platform = prepared.platform
-        self.settings = prepared.settings
-        self.timing = prepared.timing
-        self.shapes = prepared.shapes
-        self.dtype = prepared.dtype
-        self.cutoff = prepared.cutoff
-        self.cutoff_rule = prepared.cutoff_rule  # where the cutoff comes from (given, the problem's, derived)
-        self.device = prepared.device
-        self.main = prepared.main
-        self._held_out_groups = prepared.held_out_groups
-        self._held_out_rng = prepared.held_out_rng
-        self._worker: WorkerProcess | None = None
-        self._served = 0  # candidates the current worker has been handed
-        self._loaded: Variant | None = None  # the variant the worker's model was last built at
         # Wall seconds of the last evaluation by part (worker steps, the evaluator's own checks).
         self.walls: collections.Counter[str] = collections.Counter()
+        self.channel = WorkerChannel(prepared.platform, prepared.settings, self.walls)
         # Shared with the other evaluators on this device, if any (fitness.lane).
         self.lane = lane or NoLane()
         # Built once: a tool that fails stays off for this evaluator (ProfilerConfigError for a bad path).
         self.profiler: Profiler = profiler_for(self.platform.name, self.settings.ncu_bin_path,
                                                self.settings.rocprof_bin_path, self.settings.profiler_enabled)
         # The held-out variants of the latest evaluation (before any: the first of each group).
-        self.held_out: list[Variant] = [group[0] for group in self._held_out_groups]
+        self.held_out: list[Variant] = [group[0] for group in prepared.held_out_groups]
+
+    # The problem's facts, as its PreparedProblem has them.
+    platform = property(lambda self: self.prepared.platform)
+    settings = property(lambda self: self.prepared.settings)
+    device = property(lambda self: self.prepared.device)
+    main = property(lambda self: self.prepared.main, doc="The variant at the main shapes.")
+    cutoff = property(lambda self: self.prepared.cutoff)
+    cutoff_rule = property(lambda self: self.prepared.cutoff_rule, doc="Where the cutoff comes from.")
+
+    def start_worker(self) -> None:
+        """Start the worker now rather than at the first evaluation (``WorkerChannel.start``)."""
+        self.channel.start()
+
+    def hand_over_worker(self) -> WorkerProcess | None:
+        """This evaluator's idle worker, reset, for another problem's evaluator (``WorkerChannel.hand_over``)."""
+        return self.channel.hand_over()
+
+    def adopt_worker(self, worker: WorkerProcess) -> bool:
+        """Take ``worker`` from ``hand_over_worker`` if it can serve here (``WorkerChannel.adopt``)."""
+        return self.channel.adopt(worker)
 
     def reference_ms(self) -> float:
         """Median runtime of the reference (eager PyTorch) at the main shapes."""
@@ -104,18 +112,18 @@ class Evaluator(WorkerChannel):
         """Median runtime of a trusted ``model`` at the main shapes (``PreparedProblem.time_in_process``)."""
         return self.prepared.time_in_process(model)
 
-    def _load(self, source: str, variant: Variant) -> dict[str, Any]:
+    def _load(self, source: str, variant: Variant) -> Reply:
         """Load ``source`` in the worker at ``variant``'s shapes; the worker's reply."""
-        self._loaded = None
+        self.channel.loaded = None
+        step = Load(source, str(self.prepared.reference_path), variant.shapes, self.settings.init_seed,
+                    self.prepared.dtype, lend=True)
         with self.lane.shared() as hold:
-            reply, _ = self._step({"step": "load", "source": source, "problem": str(self.reference_path),
-                                   "shapes": variant.shapes, "init_seed": self.settings.init_seed,
-                                   "dtype": self.dtype, "lend": True}, interim=self._lending(hold))
-        if reply["ok"]:
-            self._loaded = variant
+            reply, _ = self.channel.step(step, interim=self.channel.lending(hold))
+        if not isinstance(reply, Refused):
+            self.channel.loaded = variant
         return reply
 
-    def _checked_call(self, variant: Variant, seed: int, probe: Probe | None = None) -> tuple[dict[str, Any], Any]:
+    def _checked_call(self, variant: Variant, seed: int, probe: Probe | None = None) -> tuple[Reply, Any]:
         """(the worker's reply, the comparison) for one call of the candidate on ``seed``'s
         inputs (transformed by ``probe``, if given, and judged at its cutoff), with the
         device's lane shared; the reference's outputs are computed here while the worker
@@ -126,20 +134,18 @@ class Evaluator(WorkerChannel):
             with self._timed("reference outputs"):
                 refs.extend(self.prepared.reference_outputs(variant, seed, probe))
 
-        message = {"step": "call", "seed": seed, "poison": variant.output_bytes, "lend": True}
-        if probe is not None:
-            message["probe"] = probe.to_message()
+        step = Call(seed, variant.output_bytes, probe, lend=True)
         with self.lane.shared() as hold:
-            reply, outputs = self._step(message, reference, self._lending(hold))
-        if not reply["ok"]:
+            reply, outputs = self.channel.step(step, reference, self.channel.lending(hold))
+        if isinstance(reply, Refused):
             return reply, None
         with self._timed("compare"):
             return reply, compare(outputs, refs, probe.cutoff if probe is not None else self.cutoff)
 
     def evaluate(self, source: str) -> EvalResult:
         """The verdict on candidate ``source`` (the text of a ModelNew file)."""
-        base = dict(platform=self.platform.name, device_name=self._device_name())
-        self.walls = collections.Counter()
+        base = dict(platform=self.platform.name, device_name=self.channel.device_name())
+        self.walls.clear()  # in place: the channel counts into it too
         started = time.monotonic()
         try:
             return self._judge(source, base)
@@ -148,7 +154,7 @@ class Evaluator(WorkerChannel):
                 raise
             # kevo's own side (a reference, a comparison, a copy of the outputs) ran out;
             # the worker may be waiting in the middle of a step: it goes too
-            self._discard_worker()
+            self.channel.discard()
             self.platform.release_memory()
             return EvalResult(Status.OUT_OF_MEMORY, f"kevo's evaluator ran out of memory while judging "
                               f"({type(exc).__name__})", harness_failure=True, **base)
@@ -166,7 +172,7 @@ class Evaluator(WorkerChannel):
             # The worker had judged other candidates before: damage one of them
             # left (a stray write) may be what crashed it. A crash counts against
             # this candidate only if a fresh worker sees it too.
-            self._discard_worker()
+            self.channel.discard()
             _, result = self._attempt(source, base)
         return result
 
@@ -174,23 +180,21 @@ class Evaluator(WorkerChannel):
         """(whether the worker had judged another candidate before, the verdict)."""
         reused = False
         try:
-            self._get_worker(check=True)
-            reused = self._served > 0
-            self._served += 1
+            self.channel.get_worker(check=True)
+            reused = self.channel.served > 0
+            self.channel.served += 1
             return reused, self._evaluate(source, base)
         except WorkerGone as gone:
             return reused, EvalResult(Status(gone.status), gone.reason, **base)
 
-    def _device_name(self) -> str:
-        return self._worker.device_name if self._worker else self.platform.device_name()
-
     def _evaluate(self, source: str, base: dict[str, Any]) -> EvalResult:
         checks, worst = 0, 0.0
-        self.held_out = [self._held_out_rng.choice(group) for group in self._held_out_groups]
+        rng = self.prepared.held_out_rng
+        self.held_out = [rng.choice(group) for group in self.prepared.held_out_groups]
         # The main shapes last: the timing that follows runs on the model loaded there.
         for variant in [*self.held_out, self.main]:
             reply = self._load(source, variant)
-            if not reply["ok"]:
+            if isinstance(reply, Refused):
                 return _refused(reply, "", base)
             fresh = [secrets.randbelow(2**31 - 1) for _ in range(self.settings.fresh_inputs)]
             # The main shapes get every fixed and fresh input set (and the timed runs'
@@ -206,7 +210,7 @@ class Evaluator(WorkerChannel):
                 seeds = [*self.settings.fixed_seeds, *([] if probing else fresh)]
             for seed in seeds:
                 reply, verdict = self._checked_call(variant, seed)
-                if not reply["ok"]:
+                if isinstance(reply, Refused):
                     return _refused(reply, "", base)
                 where = _where(variant, self.main, seed in self.settings.fixed_seeds)
                 if verdict.status != "accepted":
@@ -231,12 +235,12 @@ class Evaluator(WorkerChannel):
         differences are at its own scale: ``max_abs_diff`` stays the problem's own."""
         for probe in self.prepared.probes:
             reply, verdict = self._checked_call(self.main, secrets.randbelow(2**31 - 1), probe)
-            if not reply["ok"]:
+            if isinstance(reply, Refused):
                 return _refused(reply, f"on the probe ({probe.describe()}): ", base)
             if verdict.status != "accepted":
                 for seed in fresh:
                     own_reply, own = self._checked_call(self.main, seed)
-                    if not own_reply["ok"]:
+                    if isinstance(own_reply, Refused):
                         return _refused(own_reply, "", base)
                     if own.status != "accepted":
                         return EvalResult(Status(own.status), f"fresh inputs: {own.reason}",
@@ -249,10 +253,10 @@ class Evaluator(WorkerChannel):
         return None
 
     def _time(self, source: str, base: dict[str, Any], checks: int, worst: float) -> EvalResult:
-        self._get_worker()  # replaced (and so not loaded) if it died since the checks
-        if self._loaded is not self.main:
+        self.channel.get_worker()  # replaced (and so not loaded) if it died since the checks
+        if self.channel.loaded is not self.main:
             reply = self._load(source, self.main)
-            if not reply["ok"]:
+            if isinstance(reply, Refused):
                 return _refused(reply, "", base)
         # Timed inputs are fresh too, and new for every run: a candidate that
         # recognises inputs it has seen must not answer them from a cache.
@@ -268,33 +272,27 @@ class Evaluator(WorkerChannel):
             run = judged[-1]
             return EvalResult(Status(verdict.status), f"timed run {run}: {verdict.reason}",
                               max_abs_diff=verdict.max_abs_diff, checks=checks + len(judged) - 1, **base)
-        if not reply["ok"]:
+        if isinstance(reply, Refused):
             return _refused(reply, "while timing: ", base)
-        phases = reply.get("phases_s")
-        if isinstance(phases, dict):  # the worker's own account, for breakdowns only
-            for part, seconds in phases.items():
-                if isinstance(part, str) and type(seconds) is float:
-                    self.walls[f"time: {part}"] += seconds
-        n_runs = len(reply["runs_ms"])
-        if (reply["checked"] != judged or n_runs - 1 not in judged
+        for part, seconds in reply.phases_s.items():  # the worker's own account, for breakdowns only
+            self.walls[f"time: {part}"] += seconds
+        n_runs = len(reply.runs_ms)
+        if (reply.checked != judged or n_runs - 1 not in judged
                 or len(judged) < min(n_runs, self.settings.timed_checks)):
-            self._discard_worker()
+            self.channel.discard()
             return EvalResult(Status.FORBIDDEN, "the worker did not hand over the timed runs it had to",
                               checks=checks, **base)
         checks += len(judged)
         worst = max(worst, timed_worst)
-        runs, walls = reply["runs_ms"], reply["wall_ms"]
-        problem = _timer_disagrees(runs, walls, wall_s)
+        problem = _timer_disagrees(reply.runs_ms, reply.wall_ms, wall_s)
         if problem:
-            self._discard_worker()
+            self.channel.discard()
             return EvalResult(Status.FORBIDDEN, problem, max_abs_diff=worst, checks=checks, **base)
-        device = reply.get("device_ms")
-        device = [float(d) for d in device] if isinstance(device, list) else None
-        timing = Timing(runs, walls, float(reply["overhead_ms"]), device)
+        timing = Timing(reply.runs_ms, reply.wall_ms, reply.overhead_ms, reply.device_ms)
         return EvalResult(Status.ACCEPTED, "", max_abs_diff=worst, runtime_ms=timing.median_ms,
                           runtime_spread=timing.spread, reference_ms=self.reference_ms(), checks=checks, **base)
 
-    def _timed_window(self, base_seed: int, judged: list[int]) -> tuple[dict[str, Any], Any, float]:
+    def _timed_window(self, base_seed: int, judged: list[int]) -> tuple[Reply, Any, float]:
         """The worker's time step: (its final reply, the verdict on the last run it handed
         over or None, the largest difference over the runs judged). Each checked run's
         outputs arrive as the run ends; the worker waits while they are judged here, so it
@@ -302,21 +300,20 @@ class Evaluator(WorkerChannel):
         A forged hand-over raises ``WorkerGone``."""
         verdicts: list = []
 
-        def judge(handed: dict[str, Any], outputs: list) -> dict[str, Any]:
-            run, seed = handed.get("run"), handed.get("seed")
-            if (handed.get("interim") != "timed_run" or type(run) is not int or run < 0
-                    or (judged and run <= judged[-1]) or seed != base_seed + run):
-                raise WorkerGone("forbidden", "the worker handed over a timed run on inputs it was not given")
-            judged.append(run)
+        def judge(handed: TimedRun, outputs: list) -> Answer:
+            if (not isinstance(handed, TimedRun) or (judged and handed.run <= judged[-1])
+                    or handed.seed != base_seed + handed.run):
+                raise WorkerGone(Status.FORBIDDEN, "the worker handed over a timed run on inputs it was not given")
+            judged.append(handed.run)
             with self._timed("reference outputs"):
-                references = self.prepared.reference_outputs(self.main, seed)
+                references = self.prepared.reference_outputs(self.main, handed.seed)
             with self._timed("compare"):
                 verdicts.append(compare(outputs, references, self.cutoff))
-            return {"step": "continue" if verdicts[-1].status == "accepted" else "stop"}
+            return Continue() if verdicts[-1].status == "accepted" else Stop()
 
-        reply, _ = self._step({"step": "time", "base_seed": base_seed, "check_seed": secrets.randbits(64),
-                               "checks": self.settings.timed_checks, "poison": self.main.output_bytes,
-                               "timing": dataclasses.asdict(self.timing)}, interim=judge)
+        step = Time(base_seed, secrets.randbits(64), self.settings.timed_checks, self.main.output_bytes,
+                    dataclasses.asdict(self.prepared.timing))
+        reply, _ = self.channel.step(step, interim=judge)
         worst = max((v.max_abs_diff for v in verdicts), default=0.0)
         return reply, (verdicts[-1] if verdicts else None), worst
 
@@ -330,9 +327,10 @@ class Evaluator(WorkerChannel):
         ``ProblemError`` for a problem file whose ``FLOPS`` is unusable.
         """
         with self.lane.exclusive():
-            record = profile_candidate(self.profiler, self.reference_path, self.shapes, source, self.platform.name,
-                                       getattr(self.platform, "index", 0), self.settings.profile_timeout_s,
-                                       runtime_ms=runtime_ms, device_name=self._device_name(), dtype=self.dtype)
+            record = profile_candidate(self.profiler, self.prepared.reference_path, self.prepared.shapes, source,
+                                       self.platform.name, getattr(self.platform, "index", 0),
+                                       self.settings.profile_timeout_s, runtime_ms=runtime_ms,
+                                       device_name=self.channel.device_name(), dtype=self.prepared.dtype)
         return record.to_dict()
 
     @contextlib.contextmanager
@@ -345,7 +343,7 @@ class Evaluator(WorkerChannel):
 
     def close(self) -> None:
         """Stop the worker."""
-        self._discard_worker()
+        self.channel.discard()
 
     def __enter__(self) -> "Evaluator":
         return self
@@ -354,10 +352,9 @@ class Evaluator(WorkerChannel):
         self.close()
 
 
-def _refused(reply: dict[str, Any], where: str, base: dict[str, Any]) -> EvalResult:
+def _refused(reply: Refused, where: str, base: dict[str, Any]) -> EvalResult:
     """The result of a step the worker refused (``harness``: its own allocation failed)."""
-    return EvalResult(Status(reply["status"]), where + str(reply["reason"]),
-                      harness_failure=reply.get("harness") is True, **base)
+    return EvalResult(reply.status, where + reply.reason, harness_failure=reply.harness, **base)
 
 
 def _where(variant: Variant, main: Variant, fixed: bool) -> str:
@@ -374,12 +371,9 @@ def _timer_disagrees(runs: list[float], walls: list[float], step_wall_s: float) 
     Each timed run is bracketed by a wall clock read outside the candidate's
     reach: a device timer cannot report more than the wall time around it, nor
     much less (runs synchronise the device, so the wall time is the kernel's
-    plus a launch and a synchronisation).
+    plus a launch and a synchronisation). That there is one finite time >= 0
+    of each kind per run, ``fitness.protocol.Timed`` has checked.
     """
-    if not runs or len(runs) != len(walls):
-        return "the worker returned no timings"
-    if any(not (r >= 0) for r in runs):
-        return "the timer reported a negative or NaN time"
     if sum(runs) > step_wall_s * 1e3 * 1.05 + 1.0:
         return "the timer reported more time than passed on the wall clock"
     med_run, med_wall = statistics.median(runs), statistics.median(walls)

@@ -7,13 +7,27 @@ type name is not a string, cannot break the harness.
 
 from __future__ import annotations
 
+from fitness.result import Status
+
 
 class Refusal(Exception):
-    """A known failure of the candidate: ends the step with ``status``."""
+    """A known failure of the candidate: ends the step with ``status`` (``fatal``: the
+    worker cannot go on)."""
 
-    def __init__(self, status: str, reason: str, fatal: bool = False) -> None:
+    def __init__(self, status: Status, reason: str, fatal: bool = False) -> None:
+        if not isinstance(status, Status):
+            raise TypeError(f"a refusal's status is a Status, not {status!r}")
         super().__init__(reason)
         self.status, self.reason, self.fatal = status, reason, fatal
+
+
+class HarnessFault(Exception):
+    """A bug of kevo found in the middle of a step (the evaluator's answer made no sense).
+
+    Not the candidate's failure, though it may surface inside candidate code (a
+    compile's loan): the worker's handlers let it through as they do a ``Refusal``,
+    and the step ends as an internal error (``fitness.protocol.Failed``).
+    """
 
 
 def _compile_errors() -> tuple[type, ...]:
@@ -65,9 +79,9 @@ def classify(exc: BaseException, where: str, platform) -> Refusal:
     or else a runtime error."""
     name = _safe_name(exc)
     if out_of_memory(exc):
-        return Refusal("out_of_memory", f"{where}: {describe(exc)}")
+        return Refusal(Status.OUT_OF_MEMORY, f"{where}: {describe(exc)}")
     if platform.context_lost(exc):
-        return Refusal("crashed", f"{where}: {describe(exc)} (device context lost)", fatal=True)
+        return Refusal(Status.CRASHED, f"{where}: {describe(exc)} (device context lost)", fatal=True)
     if name in ("CompilationError", "CompileTimeAssertionFailure") or isinstance(exc, _compile_errors()):
-        return Refusal("compile_error", f"{where}: {describe(exc)}")
-    return Refusal("runtime_error", f"{where}: {describe(exc)}")
+        return Refusal(Status.COMPILE_ERROR, f"{where}: {describe(exc)}")
+    return Refusal(Status.RUNTIME_ERROR, f"{where}: {describe(exc)}")

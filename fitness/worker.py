@@ -14,12 +14,10 @@ every step that none was replaced.
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import gc
 import hashlib
-import importlib.util
 import os
-import random
 import shutil
 import signal
 import sys
@@ -27,16 +25,24 @@ import tempfile
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from fitness import wire
 from fitness.probes import Probe
-from fitness.problem import Problem, build_model, load_problem, make_inputs
+from fitness.problem import Problem, load_problem, make_inputs
 from fitness.guard import Guard
 from fitness.instrument import (Watch, instrument_compiles, instrument_launches, instrument_threads, same_hooks,
                                 triton_hooks, watched_objects)
+from fitness.load_step import build_candidate, import_candidate
+from fitness.loan import CompileLoan
+from fitness.protocol import (MAX_REASON, Answer, Call, Compiled, Compiling, Continue, Environment, Failed, Info,
+                              Load, Message, Ok, Outputs, Ping, ProtocolViolation, Refused, Reset, Stop, Time,
+                              Timed, TimedRun, read_answer, read_step)
 from fitness.settings import RELEASE_ABOVE
-from fitness.refusal import Refusal, classify, describe, forbidden_reason, out_of_memory
+from fitness.timed_step import TimedWindow
+from fitness.refusal import HarnessFault, Refusal, classify, describe, forbidden_reason, out_of_memory
+from fitness.result import Status
 from fitness.trace import INIT_OPS
 from platforms import TimingSettings, get_platform
 
@@ -61,10 +67,8 @@ class Harness:
         self.trace: Any = None
         instrument_launches(self, triton_jit.JITFunction, interpreter.InterpretedFunction)
         instrument_compiles(self, triton_jit.JITFunction)
-        self.lending = False  # whether this step may lend the device out while a kernel compiles
-        self.lent_s = 0.0  # seconds the device was lent out in this step (the evaluator keeps its own count)
         self.hooks = triton_hooks()
-        self.own_threads = {t.ident for t in threading.enumerate()}  # the harness's (the parent watch)
+        own_threads = {t.ident for t in threading.enumerate()}  # the harness's (the parent watch)
         self.threads_started = 0
         instrument_threads(self)
         self.bounds = self.platform.memory_guard()
@@ -79,124 +83,79 @@ class Harness:
         self.problem: Problem | None = None
         self.tmpdir = tempfile.mkdtemp(prefix="kevo-worker-")
         self.guard = Guard()
+        self.loan = CompileLoan(self.platform, self.guard, self.hooks, own_threads, self._interim)
         self.nonce = ""  # of the step being handled: the hand-overs of a time step carry it too
         self.in_fd, self.out_fd, self.spill_dir = -1, -1, None  # the channel (set by main)
         self.shipped: list = []  # outputs shared with the evaluator, kept until its next message
+        # Each step's handler, by the step's name (fitness.protocol): (the reply, the tensors it carries).
+        self.steps: dict[str, Callable[[Any], tuple[Message, list]]] = {
+            Load.KIND: lambda step: (self.load(step.source, step.problem, step.shapes, step.init_seed, step.dtype), []),
+            Call.KIND: lambda step: self.call(step.seed, step.poison, step.probe),
+            Time.KIND: lambda step: self.time(step.base_seed, step.check_seed, step.checks, step.poison, step.timing),
+            Ping.KIND: lambda step: (Ok(), []),
+            Reset.KIND: lambda step: (self.reset(), []),
+            Info.KIND: lambda step: (Environment(sorted(os.environ)), []),
+        }
 
     def _check_guard(self) -> None:
         if self.guard.violations:
             what = "; ".join(dict.fromkeys(self.guard.violations))
-            raise Refusal("forbidden", f"the candidate tried to {what}", fatal=True)
+            raise Refusal(Status.FORBIDDEN, f"the candidate tried to {what}", fatal=True)
         if self.bounds is not None and self.bounds.violations:
             # refused before the access happened: the worker's memory is intact
             what = "; ".join(dict.fromkeys(self.bounds.violations))
-            raise Refusal("out_of_bounds", f"a kernel's {what}")
+            raise Refusal(Status.OUT_OF_BOUNDS, f"a kernel's {what}")
 
     # -- checks ---------------------------------------------------------------
 
     def check_tamper(self) -> None:
         problem = self.watch.tampered()
         if problem:
-            raise Refusal("forbidden", f"the candidate {problem}", fatal=True)
+            raise Refusal(Status.FORBIDDEN, f"the candidate {problem}", fatal=True)
         if not same_hooks(self.hooks, triton_hooks()):
             # they would run in the compiles of every later candidate of this worker
-            raise Refusal("forbidden", "the candidate changed Triton's compile or launch hooks", fatal=True)
+            raise Refusal(Status.FORBIDDEN, "the candidate changed Triton's compile or launch hooks", fatal=True)
 
-    @contextlib.contextmanager
     def compiling(self) -> Any:
-        """Around one Triton compile: lend the device's lane out while it runs (``fitness.lane``).
+        """Around one Triton compile (``fitness.instrument``): the lane lent out meanwhile, if
+        the step allows (``CompileLoan.compiling``)."""
+        return self.loan.compiling()
 
-        Compiling is host work; the lane is lent only once this worker's device
-        work so far has finished, and taken back (the evaluator waits for any
-        timing in progress) before anything else of the candidate's runs: the
-        first start of candidate code inside the compile (a compile-time
-        function, a hook) ends the loan. A step that holds the device to itself
-        (timing) never lends it; nor does a worker whose Triton hooks the
-        candidate has changed, or while another thread runs Python (one of the
-        candidate's could launch work while the lane is lent).
-        """
-        if not self.lending or not same_hooks(self.hooks, triton_hooks()) or self._other_threads():
-            yield
-            return
-        self.platform.synchronize()
-        started = time.monotonic()
-        self._interim("compiling")
-        lent = True
+    def _interim(self, message: Compiling | Compiled) -> None:
+        """Tell the evaluator ``message`` in the middle of a step and wait for its word to go on."""
+        self.send(message.to_wire(), [], "")
+        answer = self._answer()
+        if not isinstance(answer, Continue):
+            raise HarnessFault(f"the evaluator answered {type(message).__name__} with {type(answer).__name__}")
 
-        def take_back() -> None:
-            nonlocal lent
-            if lent:
-                lent = False
-                self.lent_s += time.monotonic() - started
-                self._interim("compiled")
-
-        self.lending = False  # one loan at a time
+    def _answer(self) -> Answer:
+        """The evaluator's answer to the interim message just sent."""
+        data, _ = wire.receive(self.in_fd)
         try:
-            with self.guard.on_candidate_code(take_back):
-                yield
-        finally:
-            take_back()
-            self.lending = True
-
-    def _other_threads(self) -> bool:
-        """Whether a thread besides this one and the harness's has Python frames."""
-        return bool(set(sys._current_frames()) - self.own_threads - {threading.get_ident()})
-
-    def _interim(self, kind: str) -> None:
-        """Tell the evaluator ``kind`` in the middle of a step and wait for its word."""
-        self.send({"ok": True, "interim": kind}, [], "")
-        message, _ = wire.receive(self.in_fd)
-        if message.get("step") != "continue":
-            raise Refusal("internal_error", f"the evaluator answered {kind!r} with {message.get('step')!r}")
+            return read_answer(data)
+        except ProtocolViolation as violation:
+            raise HarnessFault(f"the evaluator's answer is malformed ({violation})") from None
 
     # -- steps -----------------------------------------------------------------
 
     def load(self, source: str, problem_path: str, shapes: dict[str, int], init_seed: int,
-             dtype: str | None = None) -> dict:
-        """Import the candidate (once per source) and build ``ModelNew`` for ``shapes``."""
+             dtype: str | None = None) -> Ok:
+        """Import the candidate (once per source) and build ``ModelNew`` for ``shapes``
+        (``fitness.load_step``)."""
         digest = hashlib.sha256(source.encode()).hexdigest()[:16]
         if digest != self.source_hash:
             self.module, self.model = None, None
-            path = os.path.join(self.tmpdir, f"candidate_{digest}.py")
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(source)
-            name = f"kevo_candidate_{digest}"
-            spec = importlib.util.spec_from_file_location(name, path)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[name] = module  # Triton reads a kernel's source through its module
-            self.guard.candidate_files.add(path)
-            try:
-                with self.guard.running():
-                    spec.loader.exec_module(module)
-            except SyntaxError as exc:
-                raise Refusal("compile_error", f"does not compile: line {exc.lineno}: {exc.msg}")
-            except Exception as exc:
-                raise Refusal("compile_error", f"failed to import: {describe(exc)}")
-            if not isinstance(getattr(module, "ModelNew", None), type):
-                raise Refusal("compile_error", "defines no class ModelNew")
-            self.module, self.source_hash = module, digest
+            self.module, self.source_hash = import_candidate(source, digest, self.tmpdir, self.guard), digest
         self.problem = load_problem(problem_path, shapes, dtype)
-        # The constructor is traced too: it may create and initialise
-        # parameters, not precompute answers with PyTorch.
-        self.trace = trace = self.trace_cls(INIT_OPS)
-        @contextlib.contextmanager
-        def guarded():
-            with trace, self.guard.running():
-                yield
-
+        self.trace = trace = self.trace_cls(INIT_OPS)  # the launch counter's (fitness.instrument) while it builds
         try:
-            self.model = build_model(self.module.ModelNew, self.problem, init_seed, self.device, around=guarded)
-        except BaseException as exc:
-            if trace.violations:
-                raise Refusal("forbidden", "in __init__: " + forbidden_reason(trace.violations))
-            raise classify(exc, "building ModelNew", self.platform)
+            self.model = build_candidate(self.module.ModelNew, self.problem, init_seed, self.device, trace,
+                                         self.guard, self.platform)
         finally:
             self.trace = None
-        if trace.violations:
-            raise Refusal("forbidden", "in __init__: " + forbidden_reason(trace.violations))
-        return {"ok": True}
+        return Ok()
 
-    def reset(self) -> dict:
+    def reset(self) -> Ok:
         """Drop the candidate, its model and the problem, and give all cached device memory
         back: the worker goes on for another problem's evaluator on this device."""
         self.module, self.model, self.problem, self.source_hash = None, None, None, ""
@@ -204,7 +163,7 @@ class Harness:
             del sys.modules[name]  # what candidates kept at module level goes with them
         gc.collect()
         self.platform.release_memory()
-        return {"ok": True}
+        return Ok()
 
     def _inputs(self, seed: int, probe: Probe | None = None) -> list:
         return make_inputs(self.problem, seed, self.device, probe)
@@ -218,18 +177,18 @@ class Harness:
             with self.trace, torch.no_grad(), self.guard.running(profile):
                 outputs = self.model(*args)
             self.platform.synchronize()
-        except Refusal:
+        except (Refusal, HarnessFault):
             raise
         except BaseException as exc:  # the candidate's failure, whatever it raised
             if self.trace.violations:
-                raise Refusal("forbidden", forbidden_reason(self.trace.violations))
+                raise Refusal(Status.FORBIDDEN, forbidden_reason(self.trace.violations))
             raise classify(exc, "running forward", self.platform)
         finally:
             trace, self.trace = self.trace, None
         if trace.violations:
-            raise Refusal("forbidden", forbidden_reason(trace.violations))
+            raise Refusal(Status.FORBIDDEN, forbidden_reason(trace.violations))
         if self.launches == launches_before:
-            raise Refusal("forbidden", "forward launched no Triton kernel")
+            raise Refusal(Status.FORBIDDEN, "forward launched no Triton kernel")
         return outputs
 
     def _outputs(self, outputs: Any) -> list:
@@ -237,10 +196,10 @@ class Harness:
         items = list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
         for i, t in enumerate(items):
             if type(t) is not torch.Tensor:
-                raise Refusal("forbidden" if isinstance(t, torch.Tensor) else "wrong",
+                raise Refusal(Status.FORBIDDEN if isinstance(t, torch.Tensor) else Status.WRONG,
                               f"output {i} is a {type(t).__name__}, not a plain torch.Tensor")
             if t.device != torch.device(self.device):
-                raise Refusal("wrong", f"output {i} is on {t.device}, expected {self.device}")
+                raise Refusal(Status.WRONG, f"output {i} is on {t.device}, expected {self.device}")
         return items
 
     def _witnesses(self, inputs: list) -> list:
@@ -254,7 +213,7 @@ class Harness:
                 return j
         return None
 
-    def call(self, seed: int, poison: list[int], probe: Probe | None = None) -> tuple[dict, list]:
+    def call(self, seed: int, poison: list[int], probe: Probe | None = None) -> tuple[Outputs, list]:
         """Run forward once on the inputs drawn from ``seed`` (transformed by ``probe``, if
         given), witnessed before the call."""
         args = self._inputs(seed, probe)
@@ -263,64 +222,23 @@ class Harness:
         outputs = self._outputs(self._run(args))
         changed = self._changed(witnesses, args)
         if changed is not None:
-            raise Refusal("mutated_input", f"forward changed input {changed}")
-        return {"ok": True}, outputs
+            raise Refusal(Status.MUTATED_INPUT, f"forward changed input {changed}")
+        return Outputs(), outputs
 
     def time(self, base_seed: int, check_seed: int, checks: int, poison: list[int],
-             timing: dict) -> tuple[dict, list]:
-        """Time forward, every run on new inputs; hand the outputs of some runs over as they end.
+             timing: dict) -> tuple[Timed, list]:
+        """Time forward, every run on new inputs; hand the outputs of some runs over as they
+        end (``fitness.timed_step``)."""
 
-        Run ``i`` draws its inputs from ``base_seed + i`` (warm-up runs from
-        seeds past the window), so no two timed runs see the same data and a
-        kernel that memoises answers gains nothing. Once the window's length is
-        known, ``checks`` of its runs are drawn uniformly with a secret seed,
-        besides the last, so a kernel cannot know which runs are judged. Each
-        of those runs' outputs goes to the evaluator right after the run, outside
-        the timed region, and the worker waits until the evaluator has judged
-        them (``_hand_over``): the worker never holds more than one run's outputs.
-        """
-        rng = random.Random(check_seed)
-        chosen: set[int] = set()
-        current: dict[str, Any] = {}
-        clock = time.perf_counter
-        # where the step's wall time goes (seconds), for kevo's own breakdowns: never judged
-        phases = dict.fromkeys(("warm-up", "prepare", "input check", "hand-over"), 0.0)
-        marks = {"start": clock()}
-
-        def seed_of(i: int) -> int:
-            return base_seed + i if i >= 0 else base_seed + (1 << 20) - i
-
-        def window(n_runs: int) -> None:
-            marks["window"] = clock()
-            chosen.update(rng.sample(range(n_runs), min(checks, n_runs)))
-            chosen.add(n_runs - 1)
-
-        def prepare(i: int) -> list:
-            t0 = clock()
-            args = self._inputs(seed_of(i))
-            current["witnesses"] = self._witnesses(args)
+        def draw(seed: int) -> tuple[list, list]:
+            args = self._inputs(seed)
+            witnesses = self._witnesses(args)
             self.platform.poison_memory(poison)
-            if i >= 0:
-                phases["prepare"] += clock() - t0
-            return args
+            return args, witnesses
 
-        def run(i: int, args: list) -> Any:
-            return self._run(args, profile=False)
-
-        def finish(i: int, args: list, outputs: Any) -> None:
-            # outside the timed region: the input check and the hand-over are not the kernel's time
-            t0 = clock()
-            changed = self._changed(current.pop("witnesses"), args)
-            if changed is not None:
-                where = f"timed run {i}" if i >= 0 else "a warm-up run"
-                raise Refusal("mutated_input", f"forward changed input {changed} in {where}")
-            t1 = clock()
-            if i in chosen:
-                self._hand_over(i, seed_of(i), self._outputs(outputs))
-            if i >= 0:
-                phases["input check"] += t1 - t0
-                phases["hand-over"] += clock() - t1
-
+        steps = TimedWindow(base_seed, check_seed, checks, draw, lambda args: self._run(args, profile=False),
+                            self._changed, lambda i, seed, outputs: self._hand_over(i, seed, self._outputs(outputs)))
+        run, prepare, finish, window = steps.run, steps.prepare, steps.finish, steps.window  # time_runs' callbacks
         collecting = gc.isenabled()
         gc.disable()  # a collection inside a timed run would be charged to the candidate
         try:
@@ -328,22 +246,17 @@ class Harness:
         finally:
             if collecting:
                 gc.enable()
-        end = clock()
-        phases["warm-up"] = marks.get("window", end) - marks["start"]
-        phases["window"] = end - marks.get("window", end)
-        return {"ok": True, "runs_ms": timing_result.runs_ms, "wall_ms": timing_result.wall_ms,
-                "overhead_ms": timing_result.overhead_ms, "device_ms": timing_result.device_ms,
-                "checked": sorted(chosen), "phases_s": phases}, []
+        return steps.reply(timing_result), []
 
     def _hand_over(self, run: int, seed: int, outputs: list) -> None:
         """Send a checked timed run's outputs now and wait for the evaluator's word: it
         takes its copy and judges it while the worker waits, between two timed runs."""
-        self.send({"ok": True, "interim": "timed_run", "run": run, "seed": seed}, outputs, f"r{run}")
-        message, _ = wire.receive(self.in_fd)
+        self.send(TimedRun(run, seed).to_wire(), outputs, f"r{run}")
+        answer = self._answer()
         self.shipped = []
-        if message.get("step") != "continue":
+        if isinstance(answer, Stop):
             # the evaluator has its verdict (this run's outputs were wrong): the window ends here
-            raise Refusal("wrong", f"timed run {run} was judged wrong")
+            raise Refusal(Status.WRONG, f"timed run {run} was judged wrong")
 
     def send(self, reply: dict, tensors: list, tag: str = "") -> None:
         """Send ``reply`` and ``tensors`` for the step being handled (its nonce; large
@@ -356,64 +269,50 @@ class Harness:
         wire.send(self.out_fd, {**reply, "nonce": nonce}, self.shipped, spill, self.platform.export_tensor)
 
     def handle(self, message: dict) -> tuple[dict, list]:
-        step = message["step"]
+        """Run the step ``message`` (its wire form) names: (the reply's wire form, its tensors)."""
+        step = read_step(message)
         self.shipped = []  # the evaluator has its copies of what was shipped last
         threads_before = self.threads_started
-        self.lending = message.get("lend") is True and step in ("load", "call")
-        self.lent_s = 0.0
+        self.loan.start_step(getattr(step, "lend", False))  # a load or a call may lend the lane out
         self.guard.violations.clear()
         if self.bounds is not None:
             self.bounds.violations.clear()
+        reply: Message
         try:
-            if step == "load":
-                reply, tensors = self.load(message["source"], message["problem"], message["shapes"],
-                                           message["init_seed"], message.get("dtype")), []
-            elif step == "call":
-                reply, tensors = self.call(message["seed"], message["poison"],
-                                           Probe.from_message(message.get("probe")))
-            elif step == "time":
-                reply, tensors = self.time(message["base_seed"], message["check_seed"], message["checks"],
-                                           message["poison"], message["timing"])
-            elif step == "ping":
-                reply, tensors = {"ok": True}, []
-            elif step == "reset":
-                reply, tensors = self.reset(), []
-            elif step == "info":
-                reply, tensors = {"ok": True, "env": sorted(os.environ)}, []
-            else:
-                raise ValueError(f"unknown step {step!r}")
+            reply, tensors = self.steps[step.KIND](step)
             self.check_tamper()
             self._check_guard()
             # what the caching allocator keeps beyond a little is for the other processes on the device
             self.platform.release_memory(keep_bytes=RELEASE_ABOVE)
             if self.threads_started != threads_before:
-                raise Refusal("forbidden", "the candidate started a thread", fatal=True)
+                raise Refusal(Status.FORBIDDEN, "the candidate started a thread", fatal=True)
         except Refusal as refusal:
             reply, tensors = self._refused(refusal), []
+        except HarnessFault as fault:
+            reply, tensors = Failed(str(fault)), []
         except BaseException as exc:
             if self.platform.context_lost(exc):
                 # an error of the candidate's kernels the device reports late, at whatever
                 # call of the harness's comes next: the worker cannot use the device again
-                reply = self._refused(Refusal("crashed", f"during {step}: {describe(exc)} (device context lost)",
-                                              fatal=True))
-                return reply, []
+                reason = f"during {step.KIND}: {describe(exc)} (device context lost)"
+                return self._refused(Refusal(Status.CRASHED, reason, fatal=True)).to_wire(), []
             if not out_of_memory(exc):
                 raise
             # The harness's own allocation (inputs, their clones, the input check): not the
             # candidate's doing; the evaluator decides whether to try again with more room.
             exc = None  # its traceback holds the frames (and tensors) of the failed step: drop them first
             self.platform.release_memory()
-            reply, tensors = self._refused(Refusal("out_of_memory", f"kevo's worker ran out of memory during {step}")), []
-            reply["harness"] = True
-        return reply, tensors
+            refusal = Refusal(Status.OUT_OF_MEMORY, f"kevo's worker ran out of memory during {step.KIND}")
+            reply, tensors = dataclasses.replace(self._refused(refusal), harness=True), []
+        return reply.to_wire(), tensors
 
-    def _refused(self, refusal: Refusal) -> dict:
+    def _refused(self, refusal: Refusal) -> Refused:
         try:
             self.check_tamper()
             self._check_guard()
         except Refusal as stronger:
             refusal = stronger
-        return {"ok": False, "status": refusal.status, "reason": refusal.reason, "fatal": refusal.fatal}
+        return Refused(refusal.status, refusal.reason[:MAX_REASON], refusal.fatal)
 
 
 def _exit_with_parent(leftovers: list[str]) -> None:

@@ -20,7 +20,7 @@ def test_an_actor_starts_every_slots_worker_when_it_prepares_a_problem():
         assert info["platform"] == "cpu"
         built = actor._all[spec]
         assert len(built) == 2 and sorted(map(id, actor._free[spec])) == sorted(map(id, built))
-        assert all(e._worker is not None and e._worker.alive() for e in built)  # ready before any evaluation
+        assert all(e.channel.worker is not None and e.channel.worker.alive() for e in built)  # ready before evaluating
         assert built[0].prepared is built[1].prepared  # one prepared problem for both slots
     finally:
         actor.close()
@@ -34,20 +34,20 @@ def test_the_next_problem_s_evaluators_take_over_the_last_one_s_workers():
                            shapes={"batch_size": 4, "dim": 100})
     try:
         actor.prepare(first)
-        pids = sorted(e._worker.process.pid for e in actor._all[first])
+        pids = sorted(e.channel.worker.process.pid for e in actor._all[first])
         assert actor.evaluate(first, (PROBLEMS / "elementwise" / "seed.py").read_text())[1].status is Status.ACCEPTED
         actor.prepare(second)
         assert first not in actor._all  # forgotten, its evaluators closed
         built = actor._all[second]
-        assert sorted(e._worker.process.pid for e in built) == pids  # the same processes, reset
-        assert all(e._served == 1 for e in built)  # judged others before: a crash is retried on a fresh one
+        assert sorted(e.channel.worker.process.pid for e in built) == pids  # the same processes, reset
+        assert all(e.channel.served == 1 for e in built)  # judged others before: a crash is retried on a fresh one
         result = actor.evaluate(second, (PROBLEMS / "softmax" / "seed.py").read_text())[1]
         assert result.status is Status.ACCEPTED, result.reason
         # workers started otherwise (an address-space cap here) are not handed over
         third = dataclasses.replace(second, settings=EvalSettings(memory_limit_bytes=16 << 30))
         actor.prepare(third)
-        fresh = sorted(e._worker.process.pid for e in actor._all[third])
-        assert not set(fresh) & set(pids) and all(e._served == 0 for e in actor._all[third])
+        fresh = sorted(e.channel.worker.process.pid for e in actor._all[third])
+        assert not set(fresh) & set(pids) and all(e.channel.served == 0 for e in actor._all[third])
     finally:
         actor.close()
     assert actor._spare == []

@@ -49,7 +49,7 @@ class ModelNew(nn.Module):
 def test_a_kernel_that_knows_a_fixed_derivation_is_caught():
     rng = random.Random(1)
     with Evaluator(REFERENCE, platform="cpu", shapes=SHAPES, held_out_rng=rng) as evaluator:
-        drawn = [variant.shapes["dim"] for group in evaluator._held_out_groups for variant in group]
+        drawn = [variant.shapes["dim"] for group in evaluator.prepared.held_out_groups for variant in group]
         assert drawn and not {73, 127} & set(drawn)  # this draw avoids the old formula's sizes
         result = evaluator.evaluate(KNOWS_THE_FORMULA)
         assert result.status in (Status.NAN, Status.WRONG), result.reason
@@ -59,7 +59,7 @@ def test_a_kernel_that_knows_a_fixed_derivation_is_caught():
 def test_each_evaluation_checks_one_shape_of_every_group():
     rng = random.Random(3)
     with Evaluator(REFERENCE, platform="cpu", shapes=SHAPES, held_out_rng=rng) as evaluator:
-        groups = evaluator._held_out_groups
+        groups = evaluator.prepared.held_out_groups
         assert len(groups) == 2 and all(len(group) >= 2 for group in groups)
         seen = set()
         source = (PROBLEMS / "elementwise" / "seed.py").read_text()

@@ -123,7 +123,7 @@ def test_out_of_memory_in_the_harness_is_a_result_not_a_traceback():
     shapes = {"batch_size": 8192, "dim": 16384}  # one 512 MB input
     with Evaluator(SOFTMAX, platform="cpu", shapes={"batch_size": 4, "dim": 64}) as probe:
         probe.evaluate((ROOT / "problems" / "softmax" / "seed.py").read_text())
-        pid = probe._worker.process.pid
+        pid = probe.channel.worker.process.pid
         status = Path(f"/proc/{pid}/status").read_text()
     vm_peak = int(next(line for line in status.splitlines() if line.startswith("VmPeak")).split()[1]) * 1024
     settings = EvalSettings(memory_limit_bytes=vm_peak + (256 << 20))  # room for the harness, not the input

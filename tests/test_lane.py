@@ -109,33 +109,35 @@ def test_the_evaluator_answers_a_loan_and_refuses_anything_else():
 
     import pytest
 
-    from fitness.evaluator import Evaluator
+    from fitness.channel import WorkerChannel
+    from fitness.protocol import Compiled, Compiling, Continue, TimedRun
     from fitness.sandbox import WorkerGone
+    from fitness.settings import EvalSettings
 
     synced = []
-    fake = types.SimpleNamespace(platform=types.SimpleNamespace(synchronize=lambda: synced.append(1)),
-                                 walls=collections.Counter())
+    channel = WorkerChannel(types.SimpleNamespace(synchronize=lambda: synced.append(1)), EvalSettings(),
+                            collections.Counter())
     with NoLane().shared() as alone:  # an evaluator alone on its device lends nothing, but answers the same
-        answer = Evaluator._lending(fake, alone)
-        assert answer({"interim": "compiling"}, []) == {"step": "continue"}
-        assert answer({"interim": "compiled"}, []) == {"step": "continue"}
+        answer = channel.lending(alone)
+        assert answer(Compiling(), []) == Continue()
+        assert answer(Compiled(), []) == Continue()
         assert alone.held
     synced.clear()
     lane = TimingLane()
     with lane.shared() as hold:
-        answer = Evaluator._lending(fake, hold)
-        assert answer({"interim": "compiling"}, []) == {"step": "continue"}
+        answer = channel.lending(hold)
+        assert answer(Compiling(), []) == Continue()
         assert not hold.held and lane._readers == 0 and synced == [1]
         with pytest.raises(WorkerGone):  # lent twice
-            answer({"interim": "compiling"}, [])
-        assert answer({"interim": "compiled"}, []) == {"step": "continue"}
+            answer(Compiling(), [])
+        assert answer(Compiled(), []) == Continue()
         assert hold.held and lane._readers == 1
         with pytest.raises(WorkerGone):  # taken back twice
-            answer({"interim": "compiled"}, [])
+            answer(Compiled(), [])
         with pytest.raises(WorkerGone):  # tensors with a loan
-            answer({"interim": "compiling"}, [object()])
+            answer(Compiling(), [object()])
         with pytest.raises(WorkerGone):  # a timed run's hand-over in a checked call
-            answer({"interim": "timed_run", "run": 0}, [])
+            answer(TimedRun(0, 0), [])
     assert lane._readers == 0
 
 
@@ -189,8 +191,10 @@ def test_the_compile_watch_sees_the_first_start_of_candidate_code_only():
 HARNESS_SCRIPT = r"""
 import collections, json, os, sys, threading, types
 from fitness import wire
-from fitness.evaluator import Evaluator
+from fitness.channel import WorkerChannel
 from fitness.lane import TimingLane
+from fitness.protocol import Call, read_reply
+from fitness.settings import EvalSettings
 from fitness.worker import Harness
 
 harness = Harness("cpu", 0)
@@ -198,21 +202,22 @@ to_worker_r, to_worker_w = os.pipe()
 from_worker_r, from_worker_w = os.pipe()
 harness.in_fd, harness.out_fd, harness.nonce = to_worker_r, from_worker_w, "n1"
 lane = TimingLane()
-fake = types.SimpleNamespace(platform=types.SimpleNamespace(synchronize=lambda: None), walls=collections.Counter())
+walls = collections.Counter()
+channel = WorkerChannel(types.SimpleNamespace(synchronize=lambda: None), EvalSettings(), walls)
 seen = []
 
 def evaluator_side(hold):
-    answer = Evaluator._lending(fake, hold)
+    answer = channel.lending(hold)
     for _ in range(2):
         message, tensors = wire.receive(from_worker_r, 30)
         seen.append((message["interim"], message["nonce"], lane._readers))
-        wire.send(to_worker_w, answer(message, tensors))
+        wire.send(to_worker_w, answer(read_reply(Call(0, [], lend=True), message, tensors), tensors).to_wire())
 
 import select, time
 stop = threading.Event()
 busy = threading.Thread(target=lambda: [time.sleep(0.001) for _ in iter(stop.is_set, True)])
 busy.start()  # another thread running Python, as a candidate's could: no loan while it lives
-harness.lending = True
+harness.loan.lending = True
 with harness.compiling():
     pass
 stop.set()
@@ -222,18 +227,18 @@ quiet_with_thread = not select.select([from_worker_r], [], [], 0)[0]
 with lane.shared() as hold:
     side = threading.Thread(target=evaluator_side, args=(hold,))
     side.start()
-    harness.own_threads.add(side.ident)  # it plays the evaluator, another process in kevo
-    harness.lending = True
+    harness.loan.own_threads.add(side.ident)  # it plays the evaluator, another process in kevo
+    harness.loan.lending = True
     with harness.compiling():
         during = lane._readers  # lent out while this runs
     side.join(30)
     after = lane._readers
-    harness.lending = False
+    harness.loan.lending = False
     with harness.compiling():  # a step that does not lend: no messages
         pass
-print(json.dumps({"seen": seen, "during": during, "after": after, "lent_s": harness.lent_s,
+print(json.dumps({"seen": seen, "during": during, "after": after, "lent_s": harness.loan.lent_s,
                   "quiet_with_thread": quiet_with_thread,
-                  "lane_lent": fake.walls["lane lent"]}))
+                  "lane_lent": walls["lane lent"]}))
 """
 
 

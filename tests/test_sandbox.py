@@ -76,11 +76,11 @@ def test_raising_system_exit_is_a_runtime_error_not_a_dead_harness(evaluators):
 def test_killed_worker_is_a_crash_and_is_replaced(evaluators):
     evaluator = evaluators.get("elementwise")
     assert evaluator.evaluate(SEED).status is Status.ACCEPTED
-    pid = evaluator._worker.process.pid
+    pid = evaluator.channel.worker.process.pid
     os.kill(pid, 9)
     # the next evaluation notices the dead worker and starts a fresh one
     assert evaluator.evaluate(SEED).status is Status.ACCEPTED
-    assert evaluator._worker.process.pid != pid
+    assert evaluator.channel.worker.process.pid != pid
 
 
 @pytest.mark.parametrize("snippet, status", [
@@ -115,7 +115,7 @@ def test_crash_in_a_reused_worker_is_judged_again_in_a_fresh_one(evaluators, mon
     result = evaluator.evaluate(SEED)
     assert len(killed) == 1
     assert result.status is Status.ACCEPTED, result.reason
-    assert evaluator._worker.process.pid != killed[0]
+    assert evaluator.channel.worker.process.pid != killed[0]
 
 
 def test_crash_in_a_fresh_worker_stands(evaluators, monkeypatch):
@@ -141,7 +141,7 @@ import sys
 from fitness import EvalSettings, Evaluator
 evaluator = Evaluator({str(PROBLEMS / "elementwise" / "reference.py")!r}, platform="cpu",
                       shapes={{"batch_size": 4, "dim": 100}}, settings=EvalSettings(timeout_s=600))
-worker = evaluator._get_worker()
+worker = evaluator.channel.get_worker()
 print(worker.process.pid, worker.spill_dir, flush=True)
 evaluator.evaluate(sys.stdin.read())
 """)
@@ -206,3 +206,96 @@ def test_a_launch_in_a_timed_run_raises_no_audited_event():
 
     done = subprocess.run([sys.executable, "-c", LAUNCH_AUDIT], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+# -- nothing of kevo's left in the temp folder (fitness.sandbox) --------------------------------
+
+def kevo_files(tmpdir, pid: int | None = None) -> list[str]:
+    """kevo's files in ``tmpdir`` and, of process ``pid`` (or any), in /dev/shm."""
+    import glob
+
+    found = sorted(os.listdir(tmpdir))
+    pattern = f"/dev/shm/kevo-spill-{pid if pid is not None else '*'}-*"
+    return found + sorted(glob.glob(pattern))
+
+
+def run_with_tmpdir(tmpdir, *argv: str, script: str | None = None, timeout: float = 300):
+    """A kevo process whose temp folder is ``tmpdir``: ``python -m ARGV`` or ``python -c SCRIPT``."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    command = [sys.executable, "-c", script] if script is not None else [sys.executable, "-m", *argv]
+    env = {**os.environ, "TMPDIR": str(tmpdir), "PYTHONPATH": str(ROOT)}
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_verify_leaves_nothing_in_the_temp_folder(tmp_path):
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    done = run_with_tmpdir(tmpdir, "evolve.cli", "verify", str(PROBLEMS / "elementwise" / "reference.py"),
+                           str(PROBLEMS / "elementwise" / "seed.py"), "--shape", "batch_size=4", "--shape", "dim=100",
+                           "--device", "cpu", "--json")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert kevo_files(tmpdir) == [], "kevo verify left files behind"
+
+
+CLOSED_EVALUATOR = f"""
+import os, signal, sys
+from fitness import EvalSettings, Evaluator
+seed = open({str(PROBLEMS / "elementwise" / "seed.py")!r}).read()
+evaluator = Evaluator({str(PROBLEMS / "elementwise" / "reference.py")!r}, platform="cpu",
+                      shapes={{"batch_size": 4, "dim": 100}}, settings=EvalSettings(probes=False))
+assert evaluator.evaluate(seed).accepted
+os.kill(evaluator.channel.worker.process.pid, signal.SIGKILL)  # a worker that died: replaced
+assert evaluator.evaluate(seed).accepted
+evaluator.close()
+print(os.getpid())
+"""
+
+
+def test_an_evaluator_used_and_closed_leaves_nothing_in_the_temp_folder(tmp_path):
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    done = run_with_tmpdir(tmpdir, script=CLOSED_EVALUATOR)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert kevo_files(tmpdir, int(done.stdout.split()[-1])) == []
+
+
+KILLED_RUN = """
+import os, sys, time
+from fitness.sandbox import WorkerProcess
+worker = WorkerProcess("cpu", 0, {"TRITON_INTERPRET": "1"}, startup_timeout=120)
+print(worker.process.pid, worker.workdir, worker.spill_dir, flush=True)
+time.sleep(600)
+"""
+
+
+def test_the_files_of_a_killed_run_go_at_the_next_start(tmp_path):
+    """SIGKILL of the whole run (the owner and its worker at once) leaves the worker's
+    directories; the next worker started removes them, as their owner is gone."""
+    import signal
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmpdir), "PYTHONPATH": str(ROOT)}
+    owner = subprocess.Popen([sys.executable, "-c", KILLED_RUN], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        worker_pid, workdir, spill_dir = owner.stdout.readline().split()
+    finally:
+        os.killpg(int(worker_pid), signal.SIGKILL)  # the worker leads its own process group
+        owner.send_signal(signal.SIGKILL)
+        owner.wait()
+    assert os.path.isdir(workdir) and os.path.isdir(spill_dir), "nothing left to clean: the test tests nothing"
+    done = run_with_tmpdir(tmpdir, script="""
+from fitness.sandbox import WorkerProcess
+WorkerProcess("cpu", 0, {"TRITON_INTERPRET": "1"}, startup_timeout=120).stop()
+""")
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert not os.path.exists(workdir) and not os.path.exists(spill_dir)
+    assert kevo_files(tmpdir, owner.pid) == []

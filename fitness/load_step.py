@@ -1,0 +1,70 @@
+"""The worker's load step: a candidate's module imported once per source, its ``ModelNew``
+built at each variant's shapes.
+
+Both run candidate code under the worker's guard (``fitness.guard``); the
+constructor runs inside a dispatch trace too (``fitness.trace``): it may create
+and initialise parameters, not precompute answers with PyTorch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import sys
+from collections.abc import Iterator
+from types import ModuleType
+from typing import Any
+
+from fitness.guard import Guard
+from fitness.problem import Problem, build_model
+from fitness.refusal import HarnessFault, Refusal, classify, describe, forbidden_reason
+from fitness.result import Status
+
+
+def import_candidate(source: str, digest: str, directory: str, guard: Guard) -> ModuleType:
+    """The module of ``source`` (``digest``: its hash), written to ``directory`` and imported
+    with the guard on; refused (``compile_error``) if it does not import or defines no
+    class ModelNew."""
+    path = os.path.join(directory, f"candidate_{digest}.py")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(source)
+    name = f"kevo_candidate_{digest}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # Triton reads a kernel's source through its module
+    guard.candidate_files.add(path)
+    try:
+        with guard.running():
+            spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        raise Refusal(Status.COMPILE_ERROR, f"does not compile: line {exc.lineno}: {exc.msg}")
+    except Exception as exc:
+        raise Refusal(Status.COMPILE_ERROR, f"failed to import: {describe(exc)}")
+    if not isinstance(getattr(module, "ModelNew", None), type):
+        raise Refusal(Status.COMPILE_ERROR, "defines no class ModelNew")
+    return module
+
+
+def build_candidate(model_cls: type, problem: Problem, init_seed: int, device: Any, trace: Any, guard: Guard,
+                    platform: Any) -> Any:
+    """``model_cls`` built for ``problem`` on ``device``, inside ``trace`` and the guard;
+    a failure of the candidate's is refused (``classify``), PyTorch doing the work is
+    ``forbidden``."""
+
+    @contextlib.contextmanager
+    def guarded() -> Iterator[None]:
+        with trace, guard.running():
+            yield
+
+    try:
+        model = build_model(model_cls, problem, init_seed, device, around=guarded)
+    except HarnessFault:
+        raise
+    except BaseException as exc:  # the candidate's failure, whatever it raised
+        if trace.violations:
+            raise Refusal(Status.FORBIDDEN, "in __init__: " + forbidden_reason(trace.violations))
+        raise classify(exc, "building ModelNew", platform)
+    if trace.violations:
+        raise Refusal(Status.FORBIDDEN, "in __init__: " + forbidden_reason(trace.violations))
+    return model

@@ -1,0 +1,124 @@
+"""The judge<->worker protocol: typed messages, and a worker's forged or malformed reply is
+``forbidden``, never an exception of kevo."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tests.conftest import PROBLEMS
+
+from fitness import Status
+from fitness.messages import ProtocolViolation
+from fitness.probes import Probe
+from fitness.protocol import (MAX_REASON, Call, Compiled, Compiling, Continue, Environment, Failed, Info, Load, Ok,
+                              Outputs, Ping, Refused, Reset, Stop, Time, Timed, TimedRun, read_answer, read_reply,
+                              read_step)
+from fitness.sandbox import WorkerProcess
+
+SEED = (PROBLEMS / "elementwise" / "seed.py").read_text()
+TIMED = Timed([1.0, 2.0, 1.5], [1.2, 2.1, 1.6], 0.01, None, [0, 2], {"prepare": 0.1})
+
+# Each step with a reply of each kind it may get.
+EXCHANGES = [
+    (Load("src", "/p.py", {"dim": 4}, 7, None, lend=True), [Ok(), Compiling(), Compiled(), Refused(Status.WRONG, "x")]),
+    (Call(3, [16, 8], Probe(signs=True, factor=150.0), lend=True), [Outputs(), Compiling(), Compiled()]),
+    (Time(1, 2, 3, [16], {"warmup_ms": 0.0, "min_runs": 3, "device_trace": True}),
+     [TIMED, TimedRun(2, 3), Refused(Status.MUTATED_INPUT, "y", fatal=True, harness=True)]),
+    (Ping(), [Ok()]),
+    (Reset(), [Ok()]),
+    (Info(), [Environment(["PATH"])]),
+]
+
+
+@pytest.mark.parametrize("step, replies", EXCHANGES, ids=lambda x: type(x).__name__ if not isinstance(x, list) else "")
+def test_every_message_reads_back_as_it_was_sent(step, replies):
+    wire = {**step.to_wire(), "nonce": "ab12"}  # the channel's own fields are not the message's
+    assert read_step(wire) == step
+    for reply in replies:
+        tensors = [object()] if reply.TENSORS else []
+        assert read_reply(step, {**reply.to_wire(), "nonce": "ab12", "tensors": []}, tensors) == reply
+    for answer in (Continue(), Stop()):
+        assert read_answer(answer.to_wire()) == answer
+    assert Failed("trace", fatal=True).to_wire() == {"ok": False, "status": "internal_error", "reason": "trace",
+                                                     "fatal": True}
+
+
+def _timed(**changes) -> dict:
+    return {**TIMED.to_wire(), **changes}
+
+
+@pytest.mark.parametrize("step, data, tensors", [
+    (Load("s", "p", {}, 0), [], []),  # not an object
+    (Load("s", "p", {}, 0), {"ok": False, "status": "accepted", "reason": "", "fatal": False, "harness": False}, []),
+    (Load("s", "p", {}, 0), {"ok": False, "status": "internal_error ", "reason": "", "fatal": False,
+                             "harness": False}, []),
+    (Load("s", "p", {}, 0), {"ok": 1}, []),  # 1 is not true
+    (Load("s", "p", {}, 0), {"ok": True, "extra": 1}, []),
+    (Load("s", "p", {}, 0), {"ok": True}, [object()]),  # tensors with a load
+    (Load("s", "p", {}, 0, lend=False), {"ok": True, "interim": "compiling"}, []),  # no loan in this step
+    (Call(0, []), {"ok": True, "interim": ["compiling"]}, []),
+    (Call(0, [], lend=True), {"ok": True, "interim": "timed_run", "run": 0, "seed": 0}, []),
+    (Call(0, []), {"ok": False, "status": "wrong", "reason": "x" * (MAX_REASON + 1), "fatal": False,
+                   "harness": False}, []),
+    (Call(0, []), {"ok": False, "status": "wrong", "reason": "x", "fatal": 0, "harness": False}, []),
+    (Time(0, 0, 1, [], {}), _timed(runs_ms=[]), []),
+    (Time(0, 0, 1, [], {}), _timed(runs_ms=[1.0, math.nan, 1.0]), []),
+    (Time(0, 0, 1, [], {}), _timed(runs_ms=[1.0, -1.0, 1.0]), []),
+    (Time(0, 0, 1, [], {}), _timed(wall_ms=[1.0, math.inf, 1.0]), []),
+    (Time(0, 0, 1, [], {}), _timed(wall_ms=[1.0]), []),
+    (Time(0, 0, 1, [], {}), _timed(overhead_ms="0.1"), []),
+    (Time(0, 0, 1, [], {}), _timed(device_ms=[1.0]), []),
+    (Time(0, 0, 1, [], {}), _timed(checked=[2, 0]), []),
+    (Time(0, 0, 1, [], {}), _timed(checked=[0, 3]), []),
+    (Time(0, 0, 1, [], {}), _timed(checked=[True]), []),
+    (Time(0, 0, 1, [], {}), _timed(phases_s={"prepare": -1.0}), []),
+    (Time(0, 0, 1, [], {}), _timed(phases_s={1: 1.0}), []),
+    (Time(0, 0, 1, [], {}), _timed(), [object()]),
+    (Time(0, 0, 1, [], {}), {"ok": True, "interim": "timed_run", "run": -1, "seed": 0}, []),
+    (Time(0, 0, 1, [], {}), {"ok": True, "interim": "timed_run", "run": 0, "seed": 1.0}, []),
+    (Time(0, 0, 1, [], {}), {"ok": True, "interim": "compiling"}, []),
+    (Info(), {"ok": True, "env": ["PATH", 3]}, []),
+])
+def test_a_malformed_reply_is_a_protocol_violation(step, data, tensors):
+    with pytest.raises(ProtocolViolation):
+        read_reply(step, data, tensors)
+
+
+ODD_VALUES = [None, True, 0, -1, 2**70, 1.5, math.nan, -math.inf, "", "x", [], [None], [math.nan], {}, {"a": None}]
+
+
+@pytest.mark.parametrize("step, replies", EXCHANGES, ids=lambda x: type(x).__name__ if not isinstance(x, list) else "")
+def test_any_field_of_any_reply_changed_reads_as_a_message_or_a_violation(step, replies):
+    """Every field of every reply, set to each odd value: a message (typed as declared) or a
+    ``ProtocolViolation``, never another exception."""
+    for reply in replies:
+        wire = reply.to_wire()
+        for name in [*wire, "unknown"]:
+            for value in ODD_VALUES:
+                try:
+                    read = read_reply(step, {**wire, name: value}, [])
+                except ProtocolViolation:
+                    continue
+                assert type(read) is type(reply), (name, value, read)
+
+
+@pytest.mark.parametrize("forge", [
+    # a refusal that claims acceptance, in place of the timings
+    lambda reply, tensors: ({"ok": False, "status": "accepted", "reason": "", "fatal": False, "harness": False,
+                             "nonce": reply["nonce"]}, tensors) if "runs_ms" in reply else (reply, tensors),
+    # a timer that reports negative times
+    lambda reply, tensors: ({**reply, "runs_ms": [-1.0] * len(reply["runs_ms"])}, tensors)
+    if "runs_ms" in reply else (reply, tensors),
+    # tensors with the timings, which have none
+    lambda reply, tensors: (reply, [object()]) if "runs_ms" in reply else (reply, tensors),
+], ids=["refusal_claims_acceptance", "negative_times", "tensors_with_timings"])
+def test_a_forged_reply_is_forbidden_and_ends_the_worker(evaluators, monkeypatch, forge):
+    evaluator = evaluators.get("elementwise")
+    original = WorkerProcess.answer
+    monkeypatch.setattr(WorkerProcess, "answer", lambda self, nonce, timeout: forge(*original(self, nonce, timeout)))
+    result = evaluator.evaluate(SEED)
+    assert result.status is Status.FORBIDDEN, result.reason
+    assert "broke the protocol" in result.reason
+    assert evaluator.channel.worker is None  # killed: the next evaluation gets a fresh one
