@@ -192,11 +192,12 @@ def test_seeds_compile_in_a_config(tmp_path):
 
 
 @pytest.mark.skipif(gpu_available(), reason="with a GPU, seeds: compile makes a seed")
-def test_a_sweep_with_seeds_compile_skips_each_problem_with_the_reason_without_a_gpu(tmp_path):
+def test_a_sweep_with_seeds_compile_skips_each_problem_with_the_reason_without_a_gpu(tmp_path, monkeypatch):
     import shutil
 
-    from evolve.session import resume_run, start_run
-    from evolve.sweep import load_sweep, run_sweep
+    from evolve import sweep as sweep_module
+    from evolve.sweep import run_sweep
+    from evolve.sweep_file import load_sweep
 
     level = tmp_path / "level1"
     level.mkdir()
@@ -208,11 +209,12 @@ def test_a_sweep_with_seeds_compile_skips_each_problem_with_the_reason_without_a
         "problems": [{"folder": str(level), "seeds": "compile", "shapes": SMALL_SHAPES["softmax"]}]}))
     entries = load_sweep(sweep)
     assert [e.skip for e in entries] == ["", ""]  # not skipped for want of a seed file
-    outcomes = run_sweep(entries, tmp_path / "out", start_run, resume_run)
+    outcomes = run_sweep(entries, tmp_path / "out")
     assert [o.status for o in outcomes] == ["skipped", "skipped"]
     assert all("no GPU" in o.reason for o in outcomes)
-    again = run_sweep(entries, tmp_path / "out", lambda *a: pytest.fail("started again"),
-                      lambda *a: pytest.fail("resumed"))
+    monkeypatch.setattr(sweep_module, "start_run", lambda *a, **k: pytest.fail("started again"))
+    monkeypatch.setattr(sweep_module, "resume_run", lambda *a, **k: pytest.fail("resumed"))
+    again = run_sweep(entries, tmp_path / "out")
     assert [o.reason for o in again] == [o.reason for o in outcomes]  # a resumed sweep does not retry them
 
 
