@@ -44,7 +44,7 @@ class FakeEvaluator:
         params = params_of(source)
         if any(name.endswith("num_warps") and value == 16 for name, value in params.items()):
             return EvalResult(Status.WRONG, "fake: wrong at num_warps 16", max_abs_diff=1.0, platform="fake")
-        runtime = 1.0 + sum(abs(math.log2(v) - 4.5) for v in params.values()) / 8
+        runtime = 1.0 + sum(abs(math.log2(v) - 4.5) for v in params.values() if isinstance(v, int)) / 8
         return EvalResult(Status.ACCEPTED, "", max_abs_diff=0.0, runtime_ms=runtime, runtime_spread=0.0,
                           reference_ms=2.0, platform="fake")
 
@@ -243,7 +243,8 @@ def test_an_exhausted_space_stops_the_run_instead_of_repeating_itself(tmp_path):
     reason = drive(tmp_path / "run.sqlite", config, FakeEvaluator())
     stored, _ = rows(tmp_path / "run.sqlite")
     assert "exhausted" in reason
-    assert len(stored) == 4 == len({r[1] for r in stored})  # the whole space, each point once
+    # the whole space, each point once: 4 settings of the numbers x the dot's 3 input precisions
+    assert len(stored) == 12 == len({r[1] for r in stored})
 
 
 def test_no_accepted_seed_is_a_clear_error(tmp_path):

@@ -14,7 +14,7 @@ import math
 import pytest
 
 from fitness import EvalResult, Status
-from operators import params_of
+from operators import find_tunables, params_of
 from tests.conftest import PROBLEMS, ROOT
 
 spec = importlib.util.spec_from_file_location("search_bench", ROOT / "bench" / "search_bench.py")
@@ -47,7 +47,7 @@ class FakeEvaluator:
             raise Crash
         params = params_of(source)
         self.log.append(params)
-        distance = sum(abs(math.log2(BEST[n] / v)) for n, v in params.items())
+        distance = sum(abs(math.log2(BEST[n] / v)) for n, v in params.items() if n in BEST)
         return EvalResult(Status.ACCEPTED, max_abs_diff=0.0, runtime_ms=1.0 + distance / 8,
                           runtime_spread=0.0, reference_ms=2.0, platform="fake")
 
@@ -61,10 +61,14 @@ class FakeEvaluator:
 def write_config(tmp_path, problem="matmul", shapes="{M: 33, K: 47, N: 29}", budget=60, space=SPACE):
     lines = "".join(f"    {name}: {values}\n" for name, values in space.items())
     path = tmp_path / f"{problem}.yaml"
+    seed = tmp_path / "seed.py"  # the seed with its structural choices pinned (a config's space holds numbers)
+    pinned = {t.name: [t.value] for t in find_tunables((PROBLEMS / problem / "seed.py").read_text())
+              if isinstance(t.value, str)}
+    seed.write_text(f"KEVO_SPACE = {pinned!r}\n" + (PROBLEMS / problem / "seed.py").read_text())
     path.write_text(f"""\
 problem:
   reference: {PROBLEMS}/{problem}/reference.py
-  seeds: [{PROBLEMS}/{problem}/seed.py]
+  seeds: [{seed}]
   shapes: {shapes}
 search: {{population_size: 6, max_evaluations: {budget}, patience: 2, seed: 0}}
 operators:
