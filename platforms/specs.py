@@ -4,7 +4,10 @@ One entry per device *as software sees it*: an MI250X is two GCDs and torch
 shows each as its own GPU, so its entry is one GCD. Peaks are dense (no
 sparsity). ``fp32_tflops`` is the vector (non-tensor) fp32 rate;
 ``fp32_matrix_tflops`` is AMD's MFMA fp32 rate (true fp32, unlike TF32);
-``bf16_tflops`` the dense tensor/matrix rate. ``l2_mb`` is the L2 proper;
+``bf16_tflops`` and ``fp16_tflops`` the dense tensor/matrix rates;
+``tf32_tflops`` the dense TF32 tensor rate (fp32 operands rounded to a 10-bit
+mantissa: what Triton's ``tl.dot`` does with fp32 by default), absent where
+the vendor lists none (CDNA 2; CDNA 4's MI350 series). ``l2_mb`` is the L2 proper;
 AMD's Infinity Cache (MALL) is ``infinity_cache_mb``. Every figure names its
 source in ``sources`` (a key of ``SOURCES``); estimates say so in ``note``.
 """
@@ -45,7 +48,8 @@ SOURCES: dict[str, str] = {
     "estimate": "kevo estimate: no vendor figure found; see the entry's note",
 }
 
-_FIELDS = ("units", "warp_size", "smem_per_unit_kb", "l2_mb", "mem_bw_gbs", "fp32_tflops", "bf16_tflops")
+_FIELDS = ("units", "warp_size", "smem_per_unit_kb", "l2_mb", "mem_bw_gbs", "fp32_tflops", "bf16_tflops",
+           "fp16_tflops")
 
 
 def _gpu(vendor: str, arch: str, sources: dict[str, str], note: str = "", **figures: Any) -> dict[str, Any]:
@@ -66,69 +70,74 @@ GPU_SPECS: dict[str, dict[str, Any]] = {
                                      "warp_size": "cuda-guide", "smem_per_unit_kb": "cuda-guide"},
                  note="80GB SXM figures; the 40GB PCIe card has 1,555 GB/s",
                  units=108, warp_size=32, smem_per_unit_kb=164, l2_mb=40, mem_bw_gbs=2039,
-                 fp32_tflops=19.5, bf16_tflops=312),
+                 fp32_tflops=19.5, bf16_tflops=312, fp16_tflops=312, tf32_tflops=156),
     "h100 pcie": _gpu("nvidia", "sm_90", {"*": "h100-ds", "warp_size": "cuda-guide",
                                           "smem_per_unit_kb": "cuda-guide", "l2_mb": "hopper-wp"},
                       units=114, warp_size=32, smem_per_unit_kb=228, l2_mb=50, mem_bw_gbs=2000,
-                      fp32_tflops=51, bf16_tflops=756),
+                      fp32_tflops=51, bf16_tflops=756, fp16_tflops=756, tf32_tflops=378),
     "h100": _gpu("nvidia", "sm_90", {"*": "h100-ds", "units": "hopper-wp", "l2_mb": "hopper-wp",
                                      "warp_size": "cuda-guide", "smem_per_unit_kb": "cuda-guide"},
                  note="SXM5 figures", units=132, warp_size=32, smem_per_unit_kb=228, l2_mb=50,
-                 mem_bw_gbs=3350, fp32_tflops=67, bf16_tflops=989.4),
+                 mem_bw_gbs=3350, fp32_tflops=67, bf16_tflops=989.4, fp16_tflops=989.4, tf32_tflops=494.7),
     "h200": _gpu("nvidia", "sm_90", {"*": "h200-ds", "units": "h200-ncu", "smem_per_unit_kb": "h200-ncu",
                                      "l2_mb": "h200-ncu", "warp_size": "h200-ncu"},
                  units=132, warp_size=32, smem_per_unit_kb=228, l2_mb=60, mem_bw_gbs=4800,
-                 fp32_tflops=67, bf16_tflops=989.4),
+                 fp32_tflops=67, bf16_tflops=989.4, fp16_tflops=989.4, tf32_tflops=494.7),
     "b200": _gpu("nvidia", "sm_100", {"*": "blackwell-tb", "mem_bw_gbs": "b200-ds", "warp_size": "cuda-guide",
                                       "smem_per_unit_kb": "cuda-guide", "units": "estimate", "l2_mb": "estimate"},
                  note="units: 148 SMs as CUDA reports them on B200 (not in a datasheet); l2_mb: 126 MB is an "
                       "estimate (NVIDIA publishes no B200 L2 figure); fp32 80 TFLOPS at the HGX 1,000 W "
                       "configuration, other configurations differ",
                  units=148, warp_size=32, smem_per_unit_kb=228, l2_mb=126, mem_bw_gbs=8000,
-                 fp32_tflops=80, bf16_tflops=2250),
+                 fp32_tflops=80, bf16_tflops=2250, fp16_tflops=2250, tf32_tflops=1125),
     "l40s": _gpu("nvidia", "sm_89", {"*": "l40s-ds", "warp_size": "cuda-guide", "smem_per_unit_kb": "cuda-guide",
                                      "l2_mb": "estimate"},
                  note="142 SMs = 18,176 CUDA cores / 128; l2_mb: 96 MB is AD102's full L2 (Ada whitepaper), "
                       "the L40S datasheet does not state it (estimate)",
                  units=142, warp_size=32, smem_per_unit_kb=100, l2_mb=96, mem_bw_gbs=864,
-                 fp32_tflops=91.6, bf16_tflops=362.05),
+                 fp32_tflops=91.6, bf16_tflops=362.05, fp16_tflops=362.05, tf32_tflops=183),
     "mi250x": _gpu("amd", "gfx90a", {"*": "mi200-ds", "units": "rocm-specs", "warp_size": "rocm-specs",
                                      "smem_per_unit_kb": "rocm-specs", "l2_mb": "rocm-specs", "xcds": "rocm-specs"},
                    note="one GCD (half the package's datasheet figures: 3,276.8 GB/s, 47.9 / 95.7 / 383 TFLOPS)",
                    units=110, warp_size=64, smem_per_unit_kb=64, l2_mb=8, mem_bw_gbs=1638.4,
-                   fp32_tflops=23.95, fp32_matrix_tflops=47.85, bf16_tflops=191.5, xcds=1),
+                   fp32_tflops=23.95, fp32_matrix_tflops=47.85, bf16_tflops=191.5, fp16_tflops=191.5, xcds=1),
     "mi250": _gpu("amd", "gfx90a", {"*": "mi200-ds", "units": "rocm-specs", "warp_size": "rocm-specs",
                                     "smem_per_unit_kb": "rocm-specs", "l2_mb": "rocm-specs", "xcds": "rocm-specs"},
                   note="one GCD (half the package's datasheet figures: 3,276.8 GB/s, 45.3 / 90.5 / 362.1 TFLOPS)",
                   units=104, warp_size=64, smem_per_unit_kb=64, l2_mb=8, mem_bw_gbs=1638.4,
-                  fp32_tflops=22.65, fp32_matrix_tflops=45.25, bf16_tflops=181.05, xcds=1),
+                  fp32_tflops=22.65, fp32_matrix_tflops=45.25, bf16_tflops=181.05, fp16_tflops=181.05, xcds=1),
     "mi300x": _gpu("amd", "gfx942", {"*": "mi300x-ds", "units": "rocm-specs", "warp_size": "rocm-specs",
                                      "smem_per_unit_kb": "rocm-specs", "l2_mb": "rocm-specs", "xcds": "rocm-specs",
                                      "infinity_cache_mb": "rocm-specs"},
                    units=304, warp_size=64, smem_per_unit_kb=64, l2_mb=32, infinity_cache_mb=256,
-                   mem_bw_gbs=5300, fp32_tflops=163.4, fp32_matrix_tflops=163.4, bf16_tflops=1307.4, xcds=8),
+                   mem_bw_gbs=5300, fp32_tflops=163.4, fp32_matrix_tflops=163.4, bf16_tflops=1307.4,
+                   fp16_tflops=1307.4, tf32_tflops=653.7, xcds=8),
     "mi300a": _gpu("amd", "gfx942", {"*": "mi300a-ds", "units": "rocm-specs", "warp_size": "rocm-specs",
                                      "smem_per_unit_kb": "rocm-specs", "l2_mb": "rocm-specs", "xcds": "rocm-specs",
                                      "infinity_cache_mb": "rocm-specs"},
                    units=228, warp_size=64, smem_per_unit_kb=64, l2_mb=24, infinity_cache_mb=256,
-                   mem_bw_gbs=5300, fp32_tflops=122.6, fp32_matrix_tflops=122.6, bf16_tflops=980.6, xcds=6),
+                   mem_bw_gbs=5300, fp32_tflops=122.6, fp32_matrix_tflops=122.6, bf16_tflops=980.6,
+                   fp16_tflops=980.6, tf32_tflops=490.3, xcds=6),
     "mi325x": _gpu("amd", "gfx942", {"*": "mi325x-ds", "units": "rocm-specs", "warp_size": "rocm-specs",
                                      "smem_per_unit_kb": "rocm-specs", "l2_mb": "rocm-specs", "xcds": "rocm-specs",
                                      "infinity_cache_mb": "rocm-specs"},
                    units=304, warp_size=64, smem_per_unit_kb=64, l2_mb=32, infinity_cache_mb=256,
-                   mem_bw_gbs=6000, fp32_tflops=163.4, fp32_matrix_tflops=163.4, bf16_tflops=1307.4, xcds=8),
+                   mem_bw_gbs=6000, fp32_tflops=163.4, fp32_matrix_tflops=163.4, bf16_tflops=1307.4,
+                   fp16_tflops=1307.4, tf32_tflops=653.7, xcds=8),
     "mi355x": _gpu("amd", "gfx950", {"*": "mi350-ds", "units": "rocm-specs", "warp_size": "rocm-specs",
                                      "smem_per_unit_kb": "rocm-specs", "l2_mb": "rocm-specs", "xcds": "rocm-specs",
                                      "infinity_cache_mb": "rocm-specs"},
                    note="bf16 2.5 PFLOPS dense as AMD states it (2,516.6 TFLOPS)",
                    units=256, warp_size=64, smem_per_unit_kb=160, l2_mb=32, infinity_cache_mb=256,
-                   mem_bw_gbs=8000, fp32_tflops=157.3, fp32_matrix_tflops=157.3, bf16_tflops=2516.6, xcds=8),
+                   mem_bw_gbs=8000, fp32_tflops=157.3, fp32_matrix_tflops=157.3, bf16_tflops=2516.6,
+                   fp16_tflops=2516.6, xcds=8),
     "mi350x": _gpu("amd", "gfx950", {"*": "mi350-ds", "units": "rocm-specs", "warp_size": "rocm-specs",
                                      "smem_per_unit_kb": "rocm-specs", "l2_mb": "rocm-specs", "xcds": "rocm-specs",
                                      "infinity_cache_mb": "rocm-specs"},
                    note="bf16 2.3 PFLOPS dense as AMD states it (2,306.9 TFLOPS)",
                    units=256, warp_size=64, smem_per_unit_kb=160, l2_mb=32, infinity_cache_mb=256,
-                   mem_bw_gbs=8000, fp32_tflops=144.2, fp32_matrix_tflops=144.2, bf16_tflops=2306.9, xcds=8),
+                   mem_bw_gbs=8000, fp32_tflops=144.2, fp32_matrix_tflops=144.2, bf16_tflops=2306.9,
+                   fp16_tflops=2306.9, xcds=8),
 }
 
 

@@ -1,0 +1,234 @@
+"""A problem's floor on a device: the time below which no kernel can go.
+
+A forward must read its inputs and the model's parameters and buffers and
+write its outputs, each at least once (the compulsory bytes), and do the
+matrix work of the reference (its FLOPs). So no kernel runs faster than
+
+    floor_ms = max(bytes / bandwidth, flops / peak rate for the work's dtype)
+
+with the device's achievable figures (``platforms.peaks``: measured, or the
+datasheet). The larger term names the bound: ``memory`` or ``compute``. SOL
+(speed of light) is ``floor_ms / runtime_ms`` (``sol``): 1 at the floor.
+
+Where the figures come from:
+
+- bytes: the sizes of the actual tensors at the problem's shapes and dtype,
+  each counted once (inputs, parameters and buffers, outputs; nothing is
+  deduplicated, so an output that is a view of an input counts twice).
+- FLOPs: the problem's own ``FLOPS`` when it declares one (read as
+  ``fitness.profiling`` reads it), else ``torch.utils.flop_counter.FlopCounterMode``
+  over the reference's forward. It counts matmuls, convolutions and
+  attention; elementwise work and reductions count 0, which is right for a
+  floor: they are memory bound on every GPU kevo supports.
+- the trace: the model and its inputs are built under ``FakeTensorMode`` on
+  the problem's device (shapes, dtypes and devices, no memory, no compute),
+  so KernelBench's multi-GB problems are counted in a fraction of a second.
+  A reference that fake tensors cannot run (one that reads a value, say) is
+  run for real, once, on the device: that costs its memory, as checking it
+  would.
+- fp32 matrix work is counted at the faster of true fp32 and TF32 (what
+  Triton's ``tl.dot`` does with fp32 operands by default; fp32-accurate
+  schemes such as ``tf32x3`` also run above the true-fp32 rate). A problem
+  whose cutoff rejects TF32 can therefore not reach its floor: its SOL reads
+  low, never above 1 (problems/matmul, true fp32 at 4096: 0.14 for cuBLAS on
+  an H200). ``floor_of(..., tf32=False)`` counts true fp32.
+
+Caches. kevo times a kernel with a cold cache (``Platform.flush_cache``
+before each run), so its inputs and parameters come from memory. Its outputs
+need not get there inside the run: a write lands in the last-level cache
+(60 MB of L2 on an H200; the L2 and the 256 MB Infinity Cache on an MI300X)
+and reaches memory later. For a problem whose outputs fit in that cache,
+``floor_ms`` (which charges every output byte to memory) is a bound that a
+correct kernel may beat. ``cached_floor_ms`` leaves out outputs up to the
+cache's size (all of them when the size is unknown): no correct run should
+go below it.
+``below_floor`` flags a runtime under ``cached_floor_ms`` by more than
+``BELOW_FLOOR_MARGIN``, the floor's own uncertainty. SOL uses ``floor_ms``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Any
+
+from fitness.problem import Problem, build_model, make_inputs
+from fitness.profiling import INIT_SEED, INPUT_SEED, _declared_flops, _tensors
+from platforms.peaks import Peaks
+
+#: How far below ``Floor.cached_floor_ms`` a runtime must be before ``below_floor`` says so.
+#: The floor's own uncertainty: a measured bandwidth or matmul rate a few percent under what
+#: some kernel reaches (on an H200 a fused read-only reduction ran 2% above the measured
+#: bandwidth, see ``platforms.peaks``; clocks differ from one run to the next), and the
+#: median of a timed window. A runtime below this is a wrong floor or a wrong kernel.
+BELOW_FLOOR_MARGIN = 0.10
+
+MEMORY, COMPUTE = "memory", "compute"
+
+
+@dataclasses.dataclass(frozen=True)
+class Work:
+    """What one forward of a problem must move and compute."""
+
+    input_bytes: int
+    parameter_bytes: int  # parameters and buffers of the reference Model
+    output_bytes: int
+    flops: float
+    flops_source: str  # "declared" (the problem's FLOPS) or "counted" (FlopCounterMode)
+    dtype: str  # of the largest floating-point input or parameter ("" when there is none)
+    traced: str  # "fake" (FakeTensorMode) or "real" (run on the device)
+    note: str = ""
+
+    @property
+    def bytes(self) -> int:
+        return self.input_bytes + self.parameter_bytes + self.output_bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class Floor:
+    """The floor of one problem at one set of shapes on one device (see the module's docstring)."""
+
+    floor_ms: float
+    bound: str  # MEMORY or COMPUTE
+    bytes: int
+    flops: float
+    bandwidth_gbs: float
+    peak_tflops: float | None  # the rate the FLOPs were counted at (None: none known for the dtype)
+    source: str  # where bandwidth and rate come from: "measured" or "datasheet"
+    cached_floor_ms: float  # with outputs that fit in the last-level cache left out
+    note: str = ""
+    how: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def count_work(problem: Problem, device: str = "cpu") -> Work:
+    """The compulsory bytes and the FLOPs of one forward of ``problem``'s reference on ``device``.
+
+    >>> from fitness.problem import load_problem
+    >>> w = count_work(load_problem("problems/matmul/reference.py", {"M": 2, "K": 3, "N": 4}))
+    >>> w.bytes, w.flops, w.traced
+    (104, 48.0, 'fake')
+    """
+    try:
+        return _count(problem, device, fake=True)
+    except (RuntimeError, NotImplementedError, TypeError, ValueError, AssertionError) as exc:
+        why = f"fake tensors cannot run the reference ({type(exc).__name__}: {str(exc).splitlines()[0][:160]})"
+        return dataclasses.replace(_count(problem, device, fake=False), note=f"{why}; run for real on {device}")
+
+
+def _count(problem: Problem, device: str, fake: bool) -> Work:
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils.flop_counter import FlopCounterMode
+
+    # A module built under FakeTensorMode cannot be moved or cast (its fake parameters
+    # cannot be swapped), so the fake model is built on the meta device, cast there as
+    # build_model casts, and given fake parameters and buffers of the same shapes on ``device``.
+    model = build_model(problem.Model, problem, INIT_SEED, "meta" if fake else device)
+    # torch counts the attention kernels of GPUs, not the CPU's: the same formula for it.
+    cpu_attention = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+    mapping = {cpu_attention: _attention_flops} if cpu_attention is not None else None
+    counter = FlopCounterMode(display=False, custom_mapping=mapping)
+    with FakeTensorMode(allow_non_fake_inputs=True) if fake else contextlib.nullcontext():
+        if fake:
+            _materialise(model, device)
+        inputs = make_inputs(problem, INPUT_SEED, device)
+        with torch.no_grad(), counter:
+            outputs = model(*inputs)
+    weights = list(model.parameters()) + list(model.buffers())
+    declared = _declared_flops(problem.module, problem.path)
+    floating = [t for t in _tensors(inputs) + weights if t.is_floating_point()]
+    largest = max(floating, key=lambda t: t.numel() * t.element_size(), default=None)
+    return Work(_size(inputs), _size(weights), _size(outputs),
+                float(declared if declared is not None else counter.get_total_flops()),
+                "declared" if declared is not None else "counted",
+                str(largest.dtype).removeprefix("torch.") if largest is not None else "",
+                "fake" if fake else "real")
+
+
+def _attention_flops(query_shape, key_shape, value_shape, *_args, out_shape=None, **_kwargs) -> int:
+    from torch.utils.flop_counter import sdpa_flop_count
+
+    return sdpa_flop_count(query_shape, key_shape, value_shape)
+
+
+def _materialise(model: Any, device: str) -> None:
+    """Replace ``model``'s meta parameters and buffers with (fake) tensors on ``device``;
+    a parameter shared between modules stays shared."""
+    import torch
+
+    made: dict[int, Any] = {}
+    for module in model.modules():
+        for slots, wrap in ((module._parameters, True), (module._buffers, False)):
+            for name, tensor in slots.items():
+                if tensor is None:
+                    continue
+                if id(tensor) not in made:  # the meta tensor is kept, so its id is not reused
+                    empty = torch.empty_like(tensor, device=device)
+                    made[id(tensor)] = (tensor, torch.nn.Parameter(empty, tensor.requires_grad) if wrap else empty)
+                slots[name] = made[id(tensor)][1]
+
+
+def _size(value: Any) -> int:
+    return sum(t.numel() * t.element_size() for t in _tensors(value))
+
+
+def floor_of(work: Work, peaks: Peaks, tf32: bool = True) -> Floor:
+    """The floor of ``work`` at ``peaks`` (pure: no device is touched).
+
+    >>> from platforms.peaks import Peaks
+    >>> peaks = Peaks("gpu", 1000.0, {"float32": 50.0, "tf32": 400.0}, "measured", cache_bytes=0)
+    >>> f = floor_of(Work(8_000_000, 0, 4_000_000, 0.0, "counted", "float32", "fake"), peaks)
+    >>> f.floor_ms, f.bound
+    (0.012, 'memory')
+    """
+    rate, precision = peaks.rate_for(work.dtype, tf32) if work.flops else (None, "")
+    memory_ms = work.bytes / peaks.bandwidth_gbs / 1e6
+    compute_ms = work.flops / rate / 1e9 if rate else 0.0
+    held = work.output_bytes if peaks.cache_bytes is None else min(work.output_bytes, peaks.cache_bytes)
+    cached_memory_ms = (work.bytes - held) / peaks.bandwidth_gbs / 1e6
+    notes = [work.note] if work.note else []
+    if work.flops and not rate:
+        notes.append(f"no matmul rate known for {work.dtype or 'this work'}: the floor is the memory's alone")
+    how = {
+        "device": peaks.device_name, "bytes": {"inputs": work.input_bytes, "parameters": work.parameter_bytes,
+                                               "outputs": work.output_bytes},
+        "flops": work.flops, "flops_source": work.flops_source, "traced": work.traced, "dtype": work.dtype,
+        "precision": precision, "memory_ms": memory_ms, "compute_ms": compute_ms,
+        "bandwidth_gbs": peaks.bandwidth_gbs, "peak_tflops": rate, "source": peaks.source,
+        "cache_bytes": peaks.cache_bytes, "peaks": peaks.detail,
+    }
+    return Floor(max(memory_ms, compute_ms), COMPUTE if compute_ms > memory_ms else MEMORY, work.bytes,
+                 work.flops, peaks.bandwidth_gbs, rate, peaks.source, max(cached_memory_ms, compute_ms),
+                 "; ".join(notes), how)
+
+
+def problem_floor(problem: Problem, peaks: Peaks, device: str = "cpu", tf32: bool = True) -> Floor:
+    """The floor of ``problem`` (as loaded: its shapes and dtype) on ``device`` with ``peaks``."""
+    return floor_of(count_work(problem, device), peaks, tf32)
+
+
+def sol(floor_ms: float, runtime_ms: float) -> float:
+    """Speed of light: the fraction of the floor a runtime reaches, in [0, 1].
+
+    A runtime below the floor reads 1 (``below_floor`` says whether to trust it).
+
+    >>> sol(0.25, 1.0), sol(0.25, 0.2)
+    (0.25, 1.0)
+    """
+    if runtime_ms <= 0:
+        raise ValueError(f"runtime_ms must be positive, not {runtime_ms!r}")
+    return min(1.0, max(0.0, floor_ms / runtime_ms))
+
+
+def below_floor(floor: Floor, runtime_ms: float) -> bool:
+    """True when ``runtime_ms`` is below what any correct run can reach: under the floor
+    with cached outputs left out, by more than ``BELOW_FLOOR_MARGIN``.
+
+    >>> f = Floor(1.0, "memory", 1000, 0.0, 1.0, None, "measured", cached_floor_ms=0.8)
+    >>> below_floor(f, 0.75), below_floor(f, 0.7)
+    (False, True)
+    """
+    return runtime_ms < floor.cached_floor_ms * (1 - BELOW_FLOOR_MARGIN)
