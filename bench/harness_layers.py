@@ -3,7 +3,7 @@
 The real ``fitness.worker.Harness`` is built in this process and loads the
 torch.compile seed of each chosen problem (``evolve.capture.seed.compile_seed``) with
 its own ``load`` step; then its forward (``Harness._run``, as the time step
-runs it) is timed under kevo's protocol (``Platform.time_runs``, device
+runs it) is timed under kevo's protocol (``platforms.time_runs``, device
 spans), first with every layer on, then with one more layer taken away each
 time:
 
@@ -35,6 +35,7 @@ from bench.seed_gap import each_problem  # noqa: E402
 from evolve.capture.seed import SeedError, compile_seed  # noqa: E402
 from fitness import EvalSettings  # noqa: E402
 from fitness.worker import Harness  # noqa: E402
+from platforms import time_runs  # noqa: E402
 
 LAYERS = ("full", "- trace", "- launch wrapper", "- guard", "- fresh inputs")
 
@@ -111,7 +112,7 @@ def measure(harness: Harness, reference: str, shapes: dict[str, int] | None) -> 
             elif layer == "- fresh inputs":
                 fresh["on"] = False
             started = time.perf_counter()
-            timing = platform.time_runs(lambda i, args: harness._run(args, profile=False), platform.timing, prepare)
+            timing = time_runs(platform, lambda i, args: harness._run(args, profile=False), platform.timing, prepare)
             figures[layer] = {"ms": timing.median_ms, "from_device": timing.from_device,
                               "wall_ms": sorted(timing.wall_ms)[len(timing.wall_ms) // 2],
                               "runs": len(timing.runs_ms), "s": round(time.perf_counter() - started, 2)}

@@ -6,7 +6,7 @@ PyTorch and the compiled model beside it:
 
 - ``do_bench``: ``triton.testing.do_bench``, runs enqueued back to back (the
   host runs ahead of the device, so its time between launches is hidden);
-- ``protocol``: ``Platform.time_runs``, kevo's own protocol outside the
+- ``protocol``: ``platforms.time_runs``, kevo's own protocol outside the
   evaluator (each run on an idle device with a cold cache; its device span,
   first to last activity, so the host's time between two launches of one run
   is counted);
@@ -41,7 +41,7 @@ from evolve.sweep import load_sweep  # noqa: E402
 from fitness import EvalSettings, Evaluator  # noqa: E402
 from fitness.problem import build_model, load_problem, make_inputs  # noqa: E402
 from fitness.trace import INIT_OPS, LAUNCH_OPS, ComputeTrace  # noqa: E402
-from platforms import get_platform  # noqa: E402
+from platforms import get_platform, time_runs  # noqa: E402
 
 WAYS = ("do_bench", "protocol", "traced")
 
@@ -69,7 +69,7 @@ def timings(forward, platform, trace_ops: frozenset[str] | None) -> dict[str, fl
     with torch.no_grad():
         out: dict[str, float | str | None] = {
             "do_bench": triton.testing.do_bench(forward, return_mode="median"),
-            "protocol": platform.time_runs(lambda i, args: forward(), platform.timing).median_ms,
+            "protocol": time_runs(platform, lambda i, args: forward(), platform.timing).median_ms,
             "host_us": host_us(forward, platform),
             "traced": None, "traced_host_us": None,
         }
@@ -78,7 +78,7 @@ def timings(forward, platform, trace_ops: frozenset[str] | None) -> dict[str, fl
                 with ComputeTrace(trace_ops):
                     forward()
             try:
-                out["traced"] = platform.time_runs(lambda i, args: traced(), platform.timing).median_ms
+                out["traced"] = time_runs(platform, lambda i, args: traced(), platform.timing).median_ms
                 out["traced_host_us"] = host_us(traced, platform)
             except Exception as exc:  # the trace refused an op: say which
                 out["traced"] = f"{type(exc).__name__}: {str(exc)[:120]}"

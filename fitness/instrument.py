@@ -7,22 +7,29 @@ through the dispatch trace; ``instrument_threads`` counts threads started (a
 thread escapes the thread-local trace); ``instrument_compiles`` brackets each
 Triton compile, so that the worker can lend the device out while it
 compiles (``fitness.lane``). ``Watch`` keeps a reference to every
-object the worker trusts (timers, events, synchronisation, the tensor methods
-that ship outputs, the device trace, these instruments) and their code, and
-says after each step whether any was replaced or rewritten.
+object the worker trusts (the timer, ``platforms.timing``, and every name it
+looks up: clocks, events, synchronisation, the device trace; the tensor methods
+that ship outputs; these instruments) and their code, and says after each step
+whether any was replaced or rewritten.
 """
 
 from __future__ import annotations
 
 import _thread
+import bisect
 import builtins
+import contextlib
 import hashlib
 import json
 import os
+import secrets
+import statistics
 import sys
 import threading
 import time
 from typing import Any
+
+from platforms import timeline, timing
 
 
 def watched_objects(torch, triton_jit, interpreter, platform) -> dict[str, tuple[Any, str]]:
@@ -59,16 +66,8 @@ def watched_objects(torch, triton_jit, interpreter, platform) -> dict[str, tuple
     watched["torch.cuda.Event"] = (torch.cuda, "Event")
     for method in ("record", "elapsed_time", "synchronize"):
         watched[f"torch.cuda.Event.{method}"] = (torch.cuda.Event, method)
-    # the device trace that times runs (platforms.timeline)
-    import torch.profiler
-
-    from platforms.timeline import DeviceTimeline
-
-    watched["torch.profiler.profile"] = (torch.profiler, "profile")
-    watched["torch.profiler.record_function"] = (torch.profiler, "record_function")
-    for method in ("__enter__", "__exit__", "run", "spans"):
-        watched[f"DeviceTimeline.{method}"] = (DeviceTimeline, method)
-    # the thread counters (instrument_threads) and the platform's own methods: the timer lives there
+    watched.update(_timer_objects(platform))
+    # the thread counters (instrument_threads)
     watched["threading.Thread.start"] = (threading.Thread, "start")
     watched["_thread.start_new_thread"] = (_thread, "start_new_thread")
     # how the CPU platform tells that an input was changed
@@ -76,9 +75,61 @@ def watched_objects(torch, triton_jit, interpreter, platform) -> dict[str, tuple
     # how outputs reach the evaluator on the device
     watched["torch.UntypedStorage._share_cuda_"] = (torch.UntypedStorage, "_share_cuda_")
     watched["torch.UntypedStorage.size"] = (torch.UntypedStorage, "size")
-    for attr in ("time_runs", "synchronize", "flush_cache", "_start_stop", "poison_memory",
-                 "_timer_overhead", "_timeline", "export_tensor", "release_memory", "witness", "unchanged"):
+    # the platform's own methods: what the timer asks of it, and the checks and hand-over
+    for attr in ("synchronize", "flush_cache", "events", "device_trace", "poison_memory",
+                 "export_tensor", "release_memory", "witness", "unchanged"):
         watched[f"platform.{attr}"] = (type(platform), attr)
+    return watched
+
+
+# What the timer's code looks up as it runs, besides its own modules' names.
+_TIMER_STDLIB = (
+    (statistics, ("median",)), (contextlib, ("nullcontext",)), (bisect, ("bisect_left", "bisect_right")),
+    (secrets, ("token_hex",)),
+    (builtins, ("len", "max", "min", "int", "range", "sorted", "zip", "all", "str")),
+)
+
+
+def _timer_objects(platform) -> dict[str, tuple[Any, str]]:
+    """The timer (``platforms.timing``), the device trace it reads (``platforms.timeline``)
+    and the platform's events, wherever they are looked up by name.
+
+    Every global name of those modules and of the modules that define the platform's
+    class (a replaced ``time`` there would be the CPU platform's clock); every module
+    binding, in any module loaded now, of a function or class those timer modules
+    define (the worker's own ``from platforms import time_runs``, the package's
+    re-export); the methods of the device trace and the timing records; and what the
+    timer's code calls from the standard library.
+    """
+    import torch.profiler
+
+    watched: dict[str, tuple[Any, str]] = {
+        "torch.profiler.profile": (torch.profiler, "profile"),
+        "torch.profiler.record_function": (torch.profiler, "record_function"),
+    }
+    platform_modules = {sys.modules[cls.__module__] for cls in type(platform).__mro__
+                        if cls.__module__.startswith("platforms.")}
+    for module in (timing, timeline, *sorted(platform_modules, key=lambda m: m.__name__)):
+        for name in vars(module):
+            if not name.startswith("__"):
+                watched[f"{module.__name__}.{name}"] = (module, name)
+    timer_modules = (timing.__name__, timeline.__name__)
+    own = {id(value) for module in (timing, timeline) for value in vars(module).values()
+           if callable(value) and getattr(value, "__module__", None) in timer_modules}
+    for module_name, module in list(sys.modules.items()):
+        namespace = getattr(module, "__dict__", None)
+        if not isinstance(namespace, dict):
+            continue
+        for name, value in list(namespace.items()):
+            if id(value) in own and not name.startswith("__"):
+                watched.setdefault(f"{module_name}.{name}", (module, name))
+    for cls, methods in ((timeline.DeviceTimeline, ("__init__", "__enter__", "__exit__", "run", "spans")),
+                         (timing.Timing, ("__init__",)), (timing.TimingSettings, ("__init__",))):
+        for method in methods:
+            watched[f"{cls.__name__}.{method}"] = (cls, method)
+    for module, names in _TIMER_STDLIB:
+        for name in names:
+            watched[f"{module.__name__}.{name}"] = (module, name)
     return watched
 
 

@@ -37,7 +37,7 @@ from fitness.problem import (
 )
 from fitness.refusal import out_of_memory
 from fitness.settings import DEFAULT_MAX_ABS_DIFF, EvalSettings
-from platforms import Platform
+from platforms import Platform, time_runs
 
 log = logging.getLogger(__name__)
 
@@ -347,7 +347,7 @@ class PreparedProblem:
             with torch.no_grad():
                 model(*args)
 
-        return self.platform.time_runs(run, self.timing, prepare).median_ms
+        return time_runs(self.platform, run, self.timing, prepare).median_ms
 
     # -- the memory plan ------------------------------------------------------------
 

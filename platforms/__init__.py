@@ -1,11 +1,13 @@
-"""Everything vendor-specific, behind one interface (see ``platforms.base``)."""
+"""Everything vendor-specific, behind one interface (see ``platforms.base``), and the
+one timing protocol over it (``platforms.timing``)."""
 
 from __future__ import annotations
 
-from platforms.base import Platform, Timing, TimingSettings
+from platforms.base import Platform
 from platforms.cpu import CpuPlatform
 from platforms.cuda import CudaPlatform
 from platforms.rocm import RocmPlatform
+from platforms.timing import Timing, TimingSettings, time_runs
 
 PLATFORM_NAMES = ("auto", "cuda", "rocm", "cpu")
 
@@ -46,4 +48,5 @@ __all__ = [
     "Timing",
     "TimingSettings",
     "get_platform",
+    "time_runs",
 ]

@@ -1,9 +1,28 @@
 """The interface every platform implements.
 
 A platform owns what differs between vendors: which device a process sees,
-how the whole device is synchronised, how a run is timed, how the L2 cache is
-flushed between runs and what the hardware is. Code outside ``platforms/``
-never asks which vendor it runs on.
+how the whole device is synchronised, its events and activity trace, how the
+L2 cache is flushed between runs and what the hardware is. Code outside
+``platforms/`` never asks which vendor it runs on. How a run is timed is
+not the platform's: ``platforms.timing.time_runs`` is one protocol for every
+platform, and asks a platform only for ``events``, ``synchronize``,
+``flush_cache`` and ``device_trace``.
+
+A new platform provides (abstract here):
+
+- ``available()``, ``device()``, ``device_name()``: whether it runs here, the
+  torch device string, a readable name (``specs()`` looks the name up);
+- ``synchronize()``, ``events()``, ``flush_cache()``: what the timer needs;
+- ``poison_memory(sizes)``, ``free_memory()``: what the checks need.
+
+and overrides, where its device has them (the defaults do without):
+``device_trace()`` (no trace: events only), ``visibility_env`` (one device
+per process), ``worker_env`` and ``worker_setup()`` (nothing to install),
+``memory_guard()`` (none), ``export_tensor``/``import_tensor`` (outputs
+travel as bytes), ``witness``/``unchanged`` (a copy of the input),
+``release_memory`` (nothing to give back), ``track_peak``/``peak_since`` (no
+peak known), ``process_overhead_bytes`` (0), ``context_lost`` (never), and
+``timing``, its default ``TimingSettings``.
 
 Platforms import torch lazily: a worker process must be able to set its
 environment (device visibility, Triton's interpreter) before torch loads.
@@ -12,63 +31,9 @@ environment (device visibility, Triton's interpreter) before torch loads.
 from __future__ import annotations
 
 import abc
-import contextlib
-import dataclasses
-import statistics
-import time
-from typing import Any, Callable
+from typing import Any
 
-
-@dataclasses.dataclass(frozen=True)
-class TimingSettings:
-    """How a kernel is timed: warm-up, then a window of repeated runs."""
-
-    warmup_ms: float = 25.0
-    window_ms: float = 100.0
-    min_runs: int = 10
-    max_runs: int = 1000
-    device_trace: bool = True  # time from the device's activity trace where the platform has one
-
-
-@dataclasses.dataclass
-class Timing:
-    """Per-run times of one timed window (milliseconds) and the wall time per run."""
-
-    runs_ms: list[float]  # timer events around each run, host time before the first kernel included
-    wall_ms: list[float]
-    overhead_ms: float = 0.0  # the timer's own cost: a run that does nothing
-    device_ms: list[float] | None = None  # first to last device activity of each run (platforms.timeline)
-
-    @property
-    def from_device(self) -> bool:
-        """True when the device trace is complete and consistent with the events.
-
-        A run's device span lies inside its event interval; a trace that says
-        otherwise is not used, and the event times (which count everything)
-        stand.
-        """
-        spans = self.device_ms
-        if not spans or len(spans) != len(self.runs_ms):
-            return False
-        return all(0 < d <= r * 1.05 + 0.02 for d, r in zip(spans, self.runs_ms))
-
-    @property
-    def median_ms(self) -> float:
-        """Median device span; without one, the median event interval less the
-        timer's own overhead (never more than half of it)."""
-        if self.from_device:
-            return statistics.median(self.device_ms)
-        median = statistics.median(self.runs_ms)
-        return median - min(self.overhead_ms, 0.5 * median)
-
-    @property
-    def spread(self) -> float:
-        """(p90 - p10) / median of the runs as measured."""
-        runs = sorted(self.device_ms if self.from_device else self.runs_ms)
-        median = statistics.median(runs)
-        lo = runs[int(0.1 * (len(runs) - 1))]
-        hi = runs[int(round(0.9 * (len(runs) - 1)))]
-        return (hi - lo) / median if median > 0 else 0.0
+from platforms.timing import Events, TimingSettings
 
 
 class Platform(abc.ABC):
@@ -103,6 +68,15 @@ class Platform(abc.ABC):
     @abc.abstractmethod
     def flush_cache(self) -> None:
         """Evict the last-level cache so a timed run starts cold."""
+
+    @abc.abstractmethod
+    def events(self) -> Events:
+        """A fresh (mark, elapsed_ms) pair: ``mark()`` stamps a point on the device
+        timeline, ``elapsed_ms(start, stop)`` reads the milliseconds between two stamps."""
+
+    def device_trace(self) -> Any:
+        """A ``platforms.timeline.DeviceTimeline`` for one window, or None if the platform has none."""
+        return None
 
     @abc.abstractmethod
     def poison_memory(self, sizes: list[int]) -> None:
@@ -186,86 +160,8 @@ class Platform(abc.ABC):
     def free_memory(self) -> int:
         """Bytes the device could still allocate."""
 
-    @abc.abstractmethod
-    def _start_stop(self) -> tuple[Callable[[], Any], Callable[[Any, Any], float]]:
-        """(mark, elapsed_ms) pair: ``mark()`` stamps a point on the device timeline."""
-
-    def _timeline(self) -> Any:
-        """A ``platforms.timeline.DeviceTimeline`` for one window, or None if the platform has none."""
-        return None
-
     def specs(self) -> dict[str, Any]:
         """What is known of the hardware (see ``platforms.specs``)."""
         from platforms.specs import lookup
 
         return lookup(self.device_name())
-
-    def time_runs(
-        self,
-        run: Callable[[int, Any], Any],
-        settings: TimingSettings,
-        prepare: Callable[[int], Any] = lambda i: None,
-        finish: Callable[[int, Any, Any], None] = lambda i, args, out: None,
-        window: Callable[[int], None] = lambda n_runs: None,
-    ) -> Timing:
-        """Time ``run(i, prepare(i))`` for successive run indices ``i``.
-
-        ``finish(i, args, out)`` gets each run's arguments and what it
-        returned, once the run's timing is over (checks of a run belong
-        there: they are not the kernel's time).
-
-        Each run starts with a cold cache on an idle device and ends when the
-        whole device is idle again, so work hidden on a side stream is
-        counted. ``prepare`` (cloning inputs, say) runs outside the timed
-        region. Warm-up runs get negative indices. ``window(n_runs)`` is told
-        how many runs the window has once the warm-up has decided it, before
-        the first of them. Where the platform has a
-        device trace, each run's device span is recorded too (see
-        ``Timing.from_device``).
-        """
-        mark, elapsed = self._start_stop()
-        clock = time.perf_counter
-        overhead = self._timer_overhead(mark, elapsed)
-        # Warm-up: at least one run, until the warm-up budget is spent.
-        warm_start = clock()
-        n_warm = 0
-        while n_warm < 1 or (clock() - warm_start) * 1e3 < settings.warmup_ms:
-            args = prepare(-1 - n_warm)
-            finish(-1 - n_warm, args, run(-1 - n_warm, args))
-            del args
-            n_warm += 1
-        self.synchronize()
-        per_run = (clock() - warm_start) * 1e3 / n_warm
-        n_runs = int(settings.window_ms / max(per_run, 1e-3))
-        n_runs = max(settings.min_runs, min(settings.max_runs, n_runs))
-        window(n_runs)
-        timeline = self._timeline() if settings.device_trace else None
-        marks, walls = [], []
-        with timeline or contextlib.nullcontext():
-            for i in range(n_runs):
-                args = prepare(i)
-                self.flush_cache()
-                self.synchronize()
-                with timeline.run(i) if timeline else contextlib.nullcontext():
-                    t0 = clock()
-                    start = mark()
-                    out = run(i, args)
-                    self.synchronize()
-                    stop = mark()
-                    walls.append((clock() - t0) * 1e3)
-                marks.append((start, stop))
-                finish(i, args, out)
-                del out, args  # before the next run's inputs are made: one run's memory at a time
-        runs = [elapsed(start, stop) for start, stop in marks]
-        spans = timeline.spans(n_runs) if timeline else None
-        return Timing(runs, walls, overhead, spans)
-
-    def _timer_overhead(self, mark: Callable[[], Any], elapsed: Callable[[Any, Any], float]) -> float:
-        """Median time the protocol of ``time_runs`` measures around no work at all."""
-        samples = []
-        for _ in range(20):
-            self.synchronize()
-            start = mark()
-            self.synchronize()
-            samples.append(elapsed(start, mark()))
-        return statistics.median(samples)

@@ -9,9 +9,10 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from typing import Any, Callable
+from typing import Any
 
-from platforms.base import Platform, TimingSettings
+from platforms.base import Platform
+from platforms.timing import Events, TimingSettings
 
 # A buffer larger than the last-level cache of common CPUs.
 _FLUSH_BYTES = 64 << 20
@@ -100,7 +101,7 @@ class CpuPlatform(Platform):
             pass
         return 8 << 30
 
-    def _start_stop(self) -> tuple[Callable[[], Any], Callable[[Any, Any], float]]:
+    def events(self) -> Events:
         clock = time.perf_counter_ns
         return clock, lambda start, stop: (stop - start) / 1e6
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import base64
 import re
-from typing import Any, Callable
+from typing import Any
 
-from platforms.base import Platform, TimingSettings
+from platforms.base import Platform
+from platforms.timing import Events, TimingSettings
 
 # Larger than the L2 of every supported GPU (H200: 60 MB, MI300X: 256 MB
 # Infinity Cache), so zeroing it evicts everything a kernel left there.
@@ -146,12 +147,12 @@ class CudaPlatform(Platform):
         free, _total = torch.cuda.mem_get_info(self.index)
         return free + torch.cuda.memory_reserved(self.index) - torch.cuda.memory_allocated(self.index)
 
-    def _timeline(self) -> Any:
+    def device_trace(self) -> Any:
         from platforms.timeline import DeviceTimeline
 
         return DeviceTimeline()
 
-    def _start_stop(self) -> tuple[Callable[[], Any], Callable[[Any, Any], float]]:
+    def events(self) -> Events:
         import torch
 
         event = torch.cuda.Event

@@ -100,14 +100,14 @@ def _kernel_configs(tuners: list[Any]) -> dict[str, dict[str, Any]]:
 
 def _protocol_ms(forward: Any, inputs: Any) -> float:
     """``forward(inputs(i))``'s median time as kevo's evaluator times a candidate
-    (``Platform.time_runs``: each run on an idle device with a cold cache and inputs of its
+    (``platforms.time_runs``: each run on an idle device with a cold cache and inputs of its
     own, drawn before the run; its device span), so that torch.compile and kevo's kernels
     are compared under one protocol; ``do_bench`` enqueues its runs back to back on one
     set of inputs, which hides the host's time between the launches of one run."""
-    from platforms import get_platform
+    from platforms import get_platform, time_runs
 
     platform = get_platform("auto")
-    return platform.time_runs(lambda i, args: forward(args), platform.timing, inputs).median_ms
+    return time_runs(platform, lambda i, args: forward(args), platform.timing, inputs).median_ms
 
 
 def capture(path: str | Path, device: str = "cuda", mode: str | None = None, time_it: bool = True,

@@ -1,0 +1,175 @@
+"""How kevo times a kernel: one protocol, the same on every platform.
+
+Triton's ``do_bench`` keeps its timer vendor-neutral and asks the driver only
+for events and synchronisation; so does ``time_runs``. What it asks of a
+platform is ``Timed``: a pair of events, a whole-device synchronisation, a
+cache flush, and the device's activity trace where there is one
+(``platforms.timeline``). Everything else (the warm-up, the window of runs, the
+order of flush, synchronisation and marks, the timer's own overhead) is here.
+
+The evaluator's worker runs untrusted code beside this timer: it watches every
+name of this module, and the platform's methods, for replacement
+(``fitness.instrument.watched_objects``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import statistics
+import time
+from typing import Any, Callable, Protocol
+
+#: ``mark()`` stamps a point on the device's timeline; ``elapsed_ms(start, stop)`` reads
+#: the milliseconds between two stamps (waiting for them where it has to).
+Events = tuple[Callable[[], Any], Callable[[Any, Any], float]]
+
+
+@dataclasses.dataclass(frozen=True)
+class TimingSettings:
+    """How a kernel is timed: warm-up, then a window of repeated runs."""
+
+    warmup_ms: float = 25.0
+    window_ms: float = 100.0
+    min_runs: int = 10
+    max_runs: int = 1000
+    device_trace: bool = True  # time from the device's activity trace where the platform has one
+
+
+@dataclasses.dataclass
+class Timing:
+    """Per-run times of one timed window (milliseconds) and the wall time per run."""
+
+    runs_ms: list[float]  # timer events around each run, host time before the first kernel included
+    wall_ms: list[float]
+    overhead_ms: float = 0.0  # the timer's own cost: a run that does nothing
+    device_ms: list[float] | None = None  # first to last device activity of each run (platforms.timeline)
+
+    @property
+    def from_device(self) -> bool:
+        """True when the device trace is complete and consistent with the events.
+
+        A run's device span lies inside its event interval; a trace that says
+        otherwise is not used, and the event times (which count everything)
+        stand.
+        """
+        spans = self.device_ms
+        if not spans or len(spans) != len(self.runs_ms):
+            return False
+        return all(0 < d <= r * 1.05 + 0.02 for d, r in zip(spans, self.runs_ms))
+
+    @property
+    def median_ms(self) -> float:
+        """Median device span; without one, the median event interval less the
+        timer's own overhead (never more than half of it)."""
+        if self.from_device:
+            return statistics.median(self.device_ms)
+        median = statistics.median(self.runs_ms)
+        return median - min(self.overhead_ms, 0.5 * median)
+
+    @property
+    def spread(self) -> float:
+        """(p90 - p10) / median of the runs as measured."""
+        runs = sorted(self.device_ms if self.from_device else self.runs_ms)
+        median = statistics.median(runs)
+        lo = runs[int(0.1 * (len(runs) - 1))]
+        hi = runs[int(round(0.9 * (len(runs) - 1)))]
+        return (hi - lo) / median if median > 0 else 0.0
+
+
+class Timed(Protocol):
+    """What ``time_runs`` asks of a platform (``platforms.base.Platform`` provides it)."""
+
+    def events(self) -> Events:
+        """A fresh (mark, elapsed_ms) pair."""
+
+    def synchronize(self) -> None:
+        """Wait for all work on the whole device, every stream included."""
+
+    def flush_cache(self) -> None:
+        """Evict the last-level cache."""
+
+    def device_trace(self) -> Any:
+        """A ``platforms.timeline.DeviceTimeline`` for one window, or None."""
+
+
+def time_runs(
+    platform: Timed,
+    run: Callable[[int, Any], Any],
+    settings: TimingSettings,
+    prepare: Callable[[int], Any] | None = None,
+    finish: Callable[[int, Any, Any], None] | None = None,
+    window: Callable[[int], None] | None = None,
+) -> Timing:
+    """Time ``run(i, prepare(i))`` on ``platform`` for successive run indices ``i``.
+
+    ``finish(i, args, out)`` gets each run's arguments and what it
+    returned, once the run's timing is over (checks of a run belong
+    there: they are not the kernel's time).
+
+    Each run starts with a cold cache on an idle device and ends when the
+    whole device is idle again, so work hidden on a side stream is
+    counted. ``prepare`` (cloning inputs, say) runs outside the timed
+    region. Warm-up runs get negative indices. ``window(n_runs)`` is told
+    how many runs the window has once the warm-up has decided it, before
+    the first of them. Where the platform has a device trace, each run's
+    device span is recorded too (see ``Timing.from_device``).
+
+    >>> from platforms import get_platform
+    >>> cpu = get_platform("cpu")
+    >>> timing = time_runs(cpu, lambda i, args: None, TimingSettings(warmup_ms=0, window_ms=0, min_runs=3))
+    >>> len(timing.runs_ms)
+    3
+    """
+    prepare, finish, window = (f if f is not None else _nothing for f in (prepare, finish, window))
+    mark, elapsed = platform.events()
+    clock = time.perf_counter
+    overhead = _timer_overhead(platform, mark, elapsed)
+    # Warm-up: at least one run, until the warm-up budget is spent.
+    warm_start = clock()
+    n_warm = 0
+    while n_warm < 1 or (clock() - warm_start) * 1e3 < settings.warmup_ms:
+        args = prepare(-1 - n_warm)
+        finish(-1 - n_warm, args, run(-1 - n_warm, args))
+        del args
+        n_warm += 1
+    platform.synchronize()
+    per_run = (clock() - warm_start) * 1e3 / n_warm
+    n_runs = int(settings.window_ms / max(per_run, 1e-3))
+    n_runs = max(settings.min_runs, min(settings.max_runs, n_runs))
+    window(n_runs)
+    timeline = platform.device_trace() if settings.device_trace else None
+    marks, walls = [], []
+    with timeline or contextlib.nullcontext():
+        for i in range(n_runs):
+            args = prepare(i)
+            platform.flush_cache()
+            platform.synchronize()
+            with timeline.run(i) if timeline else contextlib.nullcontext():
+                t0 = clock()
+                start = mark()
+                out = run(i, args)
+                platform.synchronize()
+                stop = mark()
+                walls.append((clock() - t0) * 1e3)
+            marks.append((start, stop))
+            finish(i, args, out)
+            del out, args  # before the next run's inputs are made: one run's memory at a time
+    runs = [elapsed(start, stop) for start, stop in marks]
+    spans = timeline.spans(n_runs) if timeline else None
+    return Timing(runs, walls, overhead, spans)
+
+
+def _nothing(*args: Any) -> None:
+    """The default ``prepare``, ``finish`` and ``window``: no inputs, no checks, nothing to tell."""
+
+
+def _timer_overhead(platform: Timed, mark: Callable[[], Any], elapsed: Callable[[Any, Any], float]) -> float:
+    """Median time the protocol of ``time_runs`` measures around no work at all."""
+    samples = []
+    for _ in range(20):
+        platform.synchronize()
+        start = mark()
+        platform.synchronize()
+        samples.append(elapsed(start, mark()))
+    return statistics.median(samples)
