@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from fitness.problem import build_model, load_problem, make_inputs
+from platforms import get_platform, time_runs
 
 
 def _config_dict(config: Any) -> dict[str, Any]:
@@ -104,8 +105,6 @@ def _protocol_ms(forward: Any, inputs: Any) -> float:
     own, drawn before the run; its device span), so that torch.compile and kevo's kernels
     are compared under one protocol; ``do_bench`` enqueues its runs back to back on one
     set of inputs, which hides the host's time between the launches of one run."""
-    from platforms import get_platform, time_runs
-
     platform = get_platform("auto")
     return time_runs(platform, lambda i, args: forward(args), platform.timing, inputs).median_ms
 
@@ -205,7 +204,7 @@ def _capture(path: Path, device: str, mode: str | None, time_it: bool, shapes: d
           fx_config.patch(use_duck_shape=False, **_size_oblivious(fx_config))):
         out, codes = run_and_get_code(compiled, *inputs)
         if device != "cpu":
-            torch.cuda.synchronize()
+            get_platform("auto").synchronize()
         entry["compile_s"] = round(time.perf_counter() - started, 2)
         ref = model(*inputs)
         outs = list(out) if isinstance(out, (tuple, list)) else [out]

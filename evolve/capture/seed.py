@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from operators.seeds.convert import ConversionError, NotTritonOnly, seed_source
+from platforms import get_platform
 
 log = logging.getLogger(__name__)
 
@@ -75,9 +76,7 @@ def compile_seed(problem_path: str | Path, device: str = "cuda", shapes: dict[st
 
 
 def _require_gpu(device: str) -> None:
-    import torch
-
-    if device == "cpu" or not torch.cuda.is_available():
+    if device == "cpu" or get_platform("auto").name == "cpu":
         raise SeedError("no GPU: seeds from torch.compile need one (Inductor writes Triton kernels only for GPU devices; "
                         "this machine has none visible to torch)")
 
@@ -85,11 +84,9 @@ def _require_gpu(device: str) -> None:
 def _release(device: str) -> None:
     import gc
 
-    import torch
-
     gc.collect()
-    if device != "cpu" and torch.cuda.is_available():
-        torch.cuda.empty_cache()
+    if device != "cpu":
+        get_platform("auto").release_memory()
 
 
 def describe(seed: CompiledSeed, output: Any) -> str:
