@@ -14,6 +14,19 @@ is actually called, from frames whose code is the candidate's:
   frames into anything but torch, Triton, math, the candidate itself and
   harmless builtins.
 
+What the candidate may not do, a library it calls may not do for it: while a
+candidate's frame is anywhere on the stack, the audit hook refuses any
+socket or other network event, a file opened or changed for writing outside
+the directories the worker may write (``confine_files``: its scratch
+directory, the compile caches; the paths ``fitness.confine`` gives the OS),
+and a file opened for reading outside Python's, the libraries' and those
+directories. Where a library reads or writes in C, no audit event is raised:
+the profile hook (off in timed runs) refuses the candidate's own calls into
+such functions (``torch.save``, ``torch.hub``, ``torch.from_file``); deeper
+in a library, and in timed runs, the operating system (``fitness.confine``)
+stops the writes and sockets the guard cannot see. Where the guard sees the
+attempt it names it, so the verdict is ``forbidden``.
+
 Each refusal is recorded before the error is raised, so catching it does not
 help the candidate.
 """
@@ -25,9 +38,11 @@ import functools
 import os
 import sys
 import sysconfig
+import tempfile
 import threading
 from typing import Any
 
+from fitness import confine
 from fitness.screen import ALLOWED_IMPORTS, FORBIDDEN_BUILTINS
 
 _STDLIB_DIRS = tuple(
@@ -44,7 +59,7 @@ _BLOCKED_PREFIXES = (
     "_thread.", "threading.", "object.", "function.", "code.", "cpython.", "marshal.",
     "pickle.", "urllib.", "http.", "ftplib.", "smtplib.", "telnetlib.", "webbrowser.",
     "tempfile.", "glob.", "pathlib.", "shelve.", "sqlite3.", "mmap.", "fcntl.", "resource.",
-    "syslog.", "winreg.", "msvcrt.", "_posixsubprocess.",
+    "syslog.", "winreg.", "msvcrt.", "_posixsubprocess.", "ssl.", "nntplib.", "poplib.", "imaplib.",
 )
 _BLOCKED_EVENTS = frozenset({"open", "exec", "compile", "builtins.input", "builtins.breakpoint"})
 # Process creation is refused even when a library does it for the candidate,
@@ -57,6 +72,33 @@ _PROCESS_EVENTS = ("os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.for
 # Standard-library files a candidate's code may call into: annotations
 # (``Optional[torch.Tensor]``) run typing's code.
 _STDLIB_CALLABLE = frozenset({"typing.py", "__future__.py"})
+
+# While a candidate's frame is on the stack, whoever asks:
+# - the network, refused;
+_NETWORK_PREFIXES = ("socket.", "urllib.", "http.", "ftplib.", "smtplib.", "telnetlib.", "webbrowser.",
+                     "nntplib.", "poplib.", "imaplib.", "ssl.")
+# - events that change the file system: (argument, whether it is written) for each path they name;
+_FS_EVENTS: dict[str, tuple[tuple[int, bool], ...]] = {
+    "os.mkdir": ((0, True),), "os.rename": ((0, True), (1, True)), "os.remove": ((0, True),),
+    "os.rmdir": ((0, True),), "os.truncate": ((0, True),), "os.chmod": ((0, True),), "os.chown": ((0, True),),
+    "os.link": ((0, False), (1, True)), "os.symlink": ((1, True),), "os.utime": ((0, True),),
+    "os.setxattr": ((0, True),), "os.removexattr": ((0, True),), "shutil.copyfile": ((0, False), (1, True)),
+    "shutil.copytree": ((0, False), (1, True)), "shutil.move": ((0, True), (1, True)),
+    "shutil.rmtree": ((0, True),), "shutil.chown": ((0, True),), "shutil.make_archive": ((0, True),),
+    "shutil.unpack_archive": ((0, False), (1, True)),
+}
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+# - library modules that do file or network I/O in C, where no audit event is raised, when the
+#   candidate calls them (paths under site-packages; a trailing / takes the whole package);
+_IO_MODULES = ("torch/serialization.py", "torch/hub.py", "torch/jit/_serialization.py", "torch/package/",
+               "torch/utils/cpp_extension.py", "torch/utils/model_zoo.py", "torch/utils/file_baton.py",
+               "torch/utils/data/", "torch/utils/tensorboard/", "torch/distributed/", "torch/multiprocessing/",
+               "torch/storage.py",
+               "numpy/lib/_npyio_impl.py", "numpy/lib/npyio.py", "numpy/_core/memmap.py", "numpy/core/memmap.py")
+# - built-in functions that read or write a file they are given by name, when the candidate calls them.
+_IO_BUILTINS = frozenset({"from_file", "fromfile", "tofile"})
+# Of these modules, only these functions (TypedStorage.from_file; its other methods are harmless).
+_IO_ONLY = {"torch/storage.py": _IO_BUILTINS}
 
 
 @functools.lru_cache(maxsize=8192)
@@ -78,6 +120,40 @@ def _package_of(filename: str) -> str:
     return ""
 
 
+@functools.lru_cache(maxsize=8192)
+def _io_module(filename: str) -> str:
+    """'torch/serialization.py' for a file of ``_IO_MODULES``; '' otherwise."""
+    path = _real(filename)
+    for site in _SITE_DIRS:
+        if path.startswith(site):
+            relative = path[len(site):].replace(os.sep, "/")
+            return relative if relative.startswith(_IO_MODULES) else ""
+    return ""
+
+
+def _roots(paths: Any) -> tuple[str, ...]:
+    """Real paths, each ending with a separator, for ``_beneath``."""
+    return tuple(dict.fromkeys(os.path.realpath(p).rstrip(os.sep) + os.sep for p in paths if p))
+
+
+def _beneath(real: str, roots: tuple[str, ...]) -> bool:
+    return (real + os.sep).startswith(roots)
+
+
+def _python_dirs() -> tuple[str, ...]:
+    """Where the interpreter and the libraries are read from: the prefixes, the standard
+    library, site-packages and every directory on ``sys.path`` (kevo's own included)."""
+    paths = [sys.prefix, sys.base_prefix, sys.exec_prefix, *sysconfig.get_paths().values()]
+    paths += [p for p in sys.path if p and os.path.isdir(p)]
+    return _roots(paths)
+
+
+def _writes(mode: Any, flags: Any) -> bool:
+    """Whether an ``open`` audit event's mode or flags write."""
+    return (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+        isinstance(flags, int) and bool(flags & _WRITE_FLAGS))
+
+
 def _is_stdlib(filename: str) -> bool:
     if filename.startswith("<frozen"):
         return True
@@ -95,7 +171,18 @@ class Guard:
         self._allowed_packages = frozenset({"torch", "triton"})
         self._harness_thread = threading.get_ident()
         self._in_hook = False
+        # where a library may write, and read, for a candidate (confine_files); until told, this
+        # process's temp folder (a worker's is its scratch directory) and the compile caches
+        temp = tempfile.gettempdir()
+        self._writable = _roots(confine.writable_dirs(temp, temp, dict(os.environ)) + confine.device_nodes())
+        self._readable = _python_dirs() + _roots(["/sys", f"/proc/{os.getpid()}"])
         sys.addaudithook(self._audit)
+
+    def confine_files(self, writable: Any) -> None:
+        """Let libraries that a candidate calls write beneath ``writable`` (and read there,
+        besides where Python and the libraries live); nowhere else. The worker passes
+        what ``fitness.confine`` gave the operating system."""
+        self._writable = _roots(writable)
 
     # -- which code is the candidate's ----------------------------------------
 
@@ -107,6 +194,21 @@ class Guard:
         while frame is not None and _is_stdlib(frame.f_code.co_filename):
             frame = frame.f_back
         return frame
+
+    def _below_candidate(self, frame: Any) -> bool:
+        """Whether a candidate's frame is ``frame`` or any of its callers."""
+        files = self.candidate_files
+        while frame is not None:
+            if frame.f_code.co_filename in files:
+                return True
+            frame = frame.f_back
+        return False
+
+    def _via(self, frame: Any) -> str:
+        """The library ``frame`` belongs to, in words."""
+        if frame is None:
+            return "the standard library"
+        return _package_of(frame.f_code.co_filename) or os.path.basename(frame.f_code.co_filename)
 
     def refuse(self, what: str) -> None:
         self.violations.append(what)
@@ -135,8 +237,38 @@ class Guard:
                 package = _package_of(origin.f_code.co_filename) if origin is not None else ""
                 if package != "triton" and not self._is_harness(origin):
                     self.refuse(f"start a process ({event}) through {package or 'another module'}")
+            if (event == "open" or event in _FS_EVENTS or event.startswith(_NETWORK_PREFIXES)) \
+                    and self._below_candidate(origin):
+                self._check_library(event, args, origin)
         finally:
             self._in_hook = False
+
+    def _check_library(self, event: str, args: tuple, origin: Any) -> None:
+        """``event`` asked for by a library while a candidate's frame is on the stack."""
+        if event.startswith(_NETWORK_PREFIXES):
+            self.refuse(f"use the network ({event}) through {self._via(origin)}")
+        if event == "open":
+            path, mode, flags = (tuple(args) + (None, None, 0))[:3]
+            self._check_path(path, _writes(mode, flags), origin)
+            return
+        for index, write in _FS_EVENTS[event]:
+            if index < len(args):
+                self._check_path(args[index], write, origin)
+
+    def _check_path(self, path: Any, write: bool, origin: Any) -> None:
+        if path is None or isinstance(path, int):
+            return  # a descriptor already open (its opening was checked), or the working directory
+        try:
+            name = os.fsdecode(path)
+        except TypeError:
+            return
+        real = os.path.realpath(name)  # not cached: a link made since must be followed now
+        if _beneath(real, self._writable):
+            return
+        if not write and (_beneath(real, self._readable)
+                          or real in {os.path.realpath(f) for f in self.candidate_files}):
+            return
+        self.refuse(f"{'write' if write else 'read'} {name} through {self._via(origin)}")
 
     def _is_harness(self, frame: Any) -> bool:
         return frame is not None and os.path.dirname(_real(frame.f_code.co_filename)) == os.path.dirname(_real(__file__))
@@ -144,6 +276,9 @@ class Guard:
     # -- the profile hook -------------------------------------------------------
 
     def _profile(self, frame: Any, event: str, arg: Any) -> None:
+        # Called at every call of the forward: each attribute read here shows in the checks'
+        # wall time (reading the callee's f_code at every call, not only the candidate's
+        # calls, made the interpreter's forward 40% slower).
         if event == "c_call":
             if frame.f_code.co_filename in self.candidate_files:
                 self._check_builtin(arg)
@@ -164,6 +299,8 @@ class Guard:
             if name in FORBIDDEN_BUILTINS or owner is builtins and name in FORBIDDEN_BUILTINS:
                 self.refuse(f"call {name}")
             return
+        if name in _IO_BUILTINS:
+            self.refuse(f"call {module}.{name}")
         if top not in self._allowed_packages and top != "math":
             self.refuse(f"call {module}.{name}")
 
@@ -171,6 +308,9 @@ class Guard:
         if filename in self.candidate_files:
             return
         if _package_of(filename) in self._allowed_packages:
+            io = _io_module(filename)
+            if io and name != "<module>" and name in _IO_ONLY.get(io, (name,)):
+                self.refuse(f"call {name} from {io} (file or network I/O)")
             return
         if _is_stdlib(filename) and os.path.basename(filename) in _STDLIB_CALLABLE:
             return

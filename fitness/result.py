@@ -51,6 +51,9 @@ class EvalResult:
     # kevo's own side (the worker's harness, the evaluator) ran out of memory, not the
     # candidate: worth another try with fewer evaluations in flight
     harness_failure: bool = False
+    # what the operating system held the worker to (fitness.confine): "landlock+netns", or what
+    # was missing and why ("netns (landlock unavailable: ...)")
+    confinement: str = ""
 
     @property
     def accepted(self) -> bool:

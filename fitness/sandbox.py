@@ -1,12 +1,21 @@
 """The worker process as seen from the trusted side: start, talk, kill.
 
 One ``WorkerProcess`` is one sandboxed Python process (see
-``fitness.worker``). A worker that crashes, hangs or is caught tampering is
+``fitness.worker``), confined by the operating system from its start
+(``fitness.confine``). A worker that crashes, hangs or is caught tampering is
 killed, and the next request starts a fresh one.
+
+A worker's files live in two directories named after the process that owns
+it (``kevo-worker-PID-*`` in the temp folder: its scratch directory, which is
+its ``TMPDIR`` and holds its log; ``kevo-spill-PID-*``: large outputs on their
+way to the evaluator), removed when the worker is closed or its owner exits.
+Those of an owner that was killed are removed by the next worker started on
+the machine.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -16,10 +25,11 @@ import signal
 import subprocess
 import sys
 import tempfile
+import weakref
 from pathlib import Path
 from typing import Any, Callable
 
-from fitness import wire
+from fitness import confine, wire
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +44,8 @@ _SECRET_PREFIXES = (
     "OPENROUTER_", "FIREWORKS_", "REPLICATE_", "WANDB_", "GITHUB_", "GH_", "SSH_", "GPG_",
 )
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[1])
+# A worker's directories: kevo-worker-<owner pid>-<random>, kevo-spill-<owner pid>-<random>.
+_OWNED = re.compile(r"kevo-(?:worker|spill)-(\d+)-[^/]+")
 
 
 def worker_environment(base: dict[str, str], extra: dict[str, str]) -> dict[str, str]:
@@ -64,6 +76,50 @@ def _spill_root() -> str | None:
     return "/dev/shm" if stat.f_bavail * stat.f_frsize > (8 << 30) else None
 
 
+def _owner_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+
+
+@functools.cache
+def _remove_leftovers() -> None:
+    """Once per process: remove the directories of workers whose owner is gone (a run
+    killed with SIGKILL leaves them; a worker whose owner dies removes what it can,
+    but its confinement keeps it from removing its own scratch directory)."""
+    roots = {tempfile.gettempdir(), "/dev/shm"}
+    for root in roots:
+        try:
+            names = os.listdir(root)
+        except OSError:
+            continue
+        for name in names:
+            match = _OWNED.fullmatch(name)
+            if match and int(match.group(1)) != os.getpid() and not _owner_alive(int(match.group(1))):
+                shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+
+
+def _remove(*paths: str) -> None:
+    for path in paths:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@functools.cache
+def _say_confinement(in_force: str) -> None:
+    """Once per process and kind: a worker confined less than fully says so."""
+    if not in_force:
+        log.warning("the evaluation worker did not say what confines it")
+    elif "unavailable" in in_force or in_force.startswith(("guard only", "none")):
+        log.warning("the evaluation worker runs with less confinement than kevo asks for: %s "
+                    "(docs/EVALUATION.md, 'Confinement by the operating system')", in_force)
+    else:
+        log.info("evaluation workers are confined: %s", in_force)
+
+
 class WorkerGone(Exception):
     """The worker died, hung or broke protocol; ``status`` says which."""
 
@@ -80,17 +136,32 @@ class WorkerProcess:
                  open_shared: Callable[[dict, Any, list, int], Any] | None = None) -> None:
         # open_shared(shared, dtype, shape, worker_pid): our copy of a device tensor the worker shared
         self._open_shared = open_shared
+        _remove_leftovers()
+        owner = os.getpid()
+        self.workdir = tempfile.mkdtemp(prefix=f"kevo-worker-{owner}-")
+        self.spill_dir = tempfile.mkdtemp(prefix=f"kevo-spill-{owner}-", dir=_spill_root())
+        # gone when the worker is closed, or else when this process exits
+        self._remove_files = weakref.finalize(self, _remove, self.workdir, self.spill_dir)
+        self.log_path = os.path.join(self.workdir, "worker.log")
+        self.log = open(self.log_path, "wb")
+        env = worker_environment(dict(os.environ), env_extra)
+        # its temporary files in its scratch directory; no bytecode written next to the libraries
+        env.update(TMPDIR=self.workdir, PYTHONDONTWRITEBYTECODE="1")
+        policy = confine.Policy(confine.writable_dirs(self.workdir, self.spill_dir, env))
+        for path in policy.writable[2:]:
+            try:
+                os.makedirs(path, exist_ok=True)  # a cache the worker's toolchain would make
+            except OSError:
+                pass  # not ours to make: the worker cannot write there
         parent_read, child_write = os.pipe()
         child_read, parent_write = os.pipe()
-        self.log = tempfile.NamedTemporaryFile(prefix="kevo-worker-", suffix=".log", delete=False)
-        self.workdir = tempfile.mkdtemp(prefix="kevo-worker-")
-        self.spill_dir = tempfile.mkdtemp(prefix="kevo-spill-", dir=_spill_root())
-        argv = [sys.executable, "-m", "fitness.worker", str(child_read), str(child_write),
-                platform_name, str(index), str(memory_limit), self.spill_dir]
+        argv = [sys.executable, "-I", confine.__file__, policy.to_json(), "--",
+                sys.executable, "-m", "fitness.worker", str(child_read), str(child_write),
+                platform_name, str(index), str(memory_limit), self.spill_dir, self.workdir]
         self.process = subprocess.Popen(
             argv,
             pass_fds=(child_read, child_write),
-            env=worker_environment(dict(os.environ), env_extra),
+            env=env,
             stdin=subprocess.DEVNULL,
             stdout=self.log,
             stderr=subprocess.STDOUT,
@@ -103,15 +174,19 @@ class WorkerProcess:
         try:
             hello, _ = self._receive(startup_timeout)
         except WorkerGone as gone:
+            self.stop()
             raise RuntimeError(f"the evaluation worker failed to start: {gone.reason}") from None
         self.device_name = hello.get("device_name", "")
+        # what the operating system holds it to (fitness.confine), said by the worker itself
+        self.confinement = str(hello.get("confinement", ""))
+        _say_confinement(self.confinement)
 
     def alive(self) -> bool:
         return self.process.poll() is None
 
     def log_tail(self, limit: int = 2000) -> str:
         try:
-            with open(self.log.name, "rb") as f:
+            with open(self.log_path, "rb") as f:
                 f.seek(0, os.SEEK_END)
                 f.seek(max(0, f.tell() - limit))
                 return f.read().decode(errors="replace").strip()
@@ -205,10 +280,5 @@ class WorkerProcess:
                 self.process.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 self.kill()
-        try:
-            os.unlink(self.log.name)
-        except OSError:
-            pass
         self.log.close()
-        shutil.rmtree(self.spill_dir, ignore_errors=True)
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        self._remove_files()

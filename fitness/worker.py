@@ -44,7 +44,7 @@ from fitness.timed_step import TimedWindow
 from fitness.refusal import HarnessFault, Refusal, classify, describe, forbidden_reason, out_of_memory
 from fitness.result import Status
 from fitness.trace import INIT_OPS
-from platforms import TimingSettings, get_platform
+from platforms import TimingSettings, get_platform, time_runs
 
 
 class Harness:
@@ -242,7 +242,7 @@ class Harness:
         collecting = gc.isenabled()
         gc.disable()  # a collection inside a timed run would be charged to the candidate
         try:
-            timing_result = self.platform.time_runs(run, TimingSettings(**timing), prepare, finish, window)
+            timing_result = time_runs(self.platform, run, TimingSettings(**timing), prepare, finish, window)
         finally:
             if collecting:
                 gc.enable()
@@ -324,7 +324,9 @@ def _exit_with_parent(leftovers: list[str]) -> None:
     thread of the harness, started before the thread counter is installed,
     looks for a new parent twice a second and then removes what the worker
     leaves on disk and kills its process group (the worker and any compiler
-    it started).
+    it started). Its confinement (``fitness.confine``) lets it empty its
+    scratch directory but not remove the directory itself from the temp
+    folder: the next worker started on the machine does (``fitness.sandbox``).
     """
     parent = os.getppid()
 
@@ -342,24 +344,34 @@ def main(argv: list[str]) -> None:
     in_fd, out_fd, platform_name, index = int(argv[0]), int(argv[1]), argv[2], int(argv[3])
     limit = int(argv[4]) if len(argv) > 4 else 0
     spill_dir = argv[5] if len(argv) > 5 else None
+    # fitness.sandbox's directory for this worker: its working directory and TMPDIR
+    scratch = argv[6] if len(argv) > 6 else None
+    if scratch and not os.path.basename(scratch).startswith("kevo-worker-"):
+        raise SystemExit(f"fitness.worker: {scratch} is no worker's scratch directory")
     if limit:
         import resource
 
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    leftovers = [spill_dir] if spill_dir else []
+    from fitness import confine
+
+    # what fitness.confine put in force before this process became the worker
+    confinement = confine.in_force()
+    leftovers = [path for path in (spill_dir, scratch) if path]
     _exit_with_parent(leftovers)
     harness = Harness(platform_name, index)
     harness.in_fd, harness.out_fd, harness.spill_dir = in_fd, out_fd, spill_dir
+    if confinement.writable:  # else the guard keeps its own (the temp folder, the compile caches)
+        harness.guard.confine_files(confinement.writable)
     leftovers.append(harness.tmpdir)
-    wire.send(out_fd, {"ok": True, "ready": True, "device_name": harness.platform.device_name(), "pid": os.getpid()})
+    wire.send(out_fd, {"ok": True, "ready": True, "device_name": harness.platform.device_name(), "pid": os.getpid(),
+                       "confinement": confinement.in_force})
     while True:
         try:
             message, _ = wire.receive(in_fd)
         except wire.ChannelClosed:
             # the evaluator is gone (closed, or killed): leave nothing behind
-            shutil.rmtree(harness.tmpdir, ignore_errors=True)
-            if spill_dir:
-                shutil.rmtree(spill_dir, ignore_errors=True)
+            for path in leftovers:
+                shutil.rmtree(path, ignore_errors=True)
             return
         nonce = message.get("nonce")
         harness.nonce = nonce if isinstance(nonce, str) else ""

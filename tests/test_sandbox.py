@@ -206,3 +206,103 @@ def test_a_launch_in_a_timed_run_raises_no_audited_event():
 
     done = subprocess.run([sys.executable, "-c", LAUNCH_AUDIT], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+# -- nothing of kevo's left in the temp folder (fitness.sandbox) --------------------------------
+
+def kevo_files(tmpdir, pid: int) -> list[str]:
+    """What is in ``tmpdir``, and kevo's files of process ``pid`` in /dev/shm."""
+    import glob
+
+    return sorted(os.listdir(tmpdir)) + sorted(glob.glob(f"/dev/shm/kevo-spill-{pid}-*"))
+
+
+def run_with_tmpdir(tmpdir, *argv: str, script: str | None = None, timeout: float = 300):
+    """A kevo process whose temp folder is ``tmpdir`` (``python -m ARGV`` or ``python -c
+    SCRIPT``), run to its end: (its pid, its exit code, its stdout, its stderr)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    command = [sys.executable, "-c", script] if script is not None else [sys.executable, "-m", *argv]
+    env = {**os.environ, "TMPDIR": str(tmpdir), "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = process.communicate(timeout=timeout)
+    finally:
+        process.kill()
+    return process.pid, process.returncode, out, err
+
+
+def test_verify_leaves_nothing_in_the_temp_folder(tmp_path):
+    import json
+
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    done = run_with_tmpdir(tmpdir, "evolve.cli", "verify", str(PROBLEMS / "elementwise" / "reference.py"),
+                           str(PROBLEMS / "elementwise" / "seed.py"), "--shape", "batch_size=4", "--shape", "dim=100",
+                           "--device", "cpu", "--json")
+    pid, code, out, err = done
+    assert code == 0, err[-2000:]
+    assert json.loads(out)["status"] == "accepted"
+    assert kevo_files(tmpdir, pid) == [], "kevo verify left files behind"
+
+
+CLOSED_EVALUATOR = f"""
+import os, signal, sys
+from fitness import EvalSettings, Evaluator
+seed = open({str(PROBLEMS / "elementwise" / "seed.py")!r}).read()
+evaluator = Evaluator({str(PROBLEMS / "elementwise" / "reference.py")!r}, platform="cpu",
+                      shapes={{"batch_size": 4, "dim": 100}}, settings=EvalSettings(probes=False))
+assert evaluator.evaluate(seed).accepted
+os.kill(evaluator.channel.worker.process.pid, signal.SIGKILL)  # a worker that died: replaced
+assert evaluator.evaluate(seed).accepted
+evaluator.close()
+"""
+
+
+def test_an_evaluator_used_and_closed_leaves_nothing_in_the_temp_folder(tmp_path):
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    pid, code, out, err = run_with_tmpdir(tmpdir, script=CLOSED_EVALUATOR)
+    assert code == 0, err[-2000:]
+    assert kevo_files(tmpdir, pid) == []
+
+
+KILLED_RUN = """
+import os, sys, time
+from fitness.sandbox import WorkerProcess
+worker = WorkerProcess("cpu", 0, {"TRITON_INTERPRET": "1"}, startup_timeout=120)
+print(worker.process.pid, worker.workdir, worker.spill_dir, flush=True)
+time.sleep(600)
+"""
+
+
+def test_the_files_of_a_killed_run_go_at_the_next_start(tmp_path):
+    """SIGKILL of the whole run (the owner and its worker at once) leaves the worker's
+    directories; the next worker started removes them, as their owner is gone."""
+    import signal
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmpdir), "PYTHONPATH": str(ROOT)}
+    owner = subprocess.Popen([sys.executable, "-c", KILLED_RUN], cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        worker_pid, workdir, spill_dir = owner.stdout.readline().split()
+    finally:
+        os.killpg(int(worker_pid), signal.SIGKILL)  # the worker leads its own process group
+        owner.send_signal(signal.SIGKILL)
+        owner.wait()
+    assert os.path.isdir(workdir) and os.path.isdir(spill_dir), "nothing left to clean: the test tests nothing"
+    pid, code, _, err = run_with_tmpdir(tmpdir, script="""
+from fitness.sandbox import WorkerProcess
+WorkerProcess("cpu", 0, {"TRITON_INTERPRET": "1"}, startup_timeout=120).stop()
+""")
+    assert code == 0, err[-2000:]
+    assert not os.path.exists(workdir) and not os.path.exists(spill_dir)
+    assert kevo_files(tmpdir, owner.pid) + kevo_files(tmpdir, pid) == []
