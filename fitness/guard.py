@@ -43,6 +43,7 @@ import threading
 from typing import Any
 
 from fitness import confine
+from fitness.compile_watch import CandidateCodeWatch
 from fitness.screen import ALLOWED_IMPORTS, FORBIDDEN_BUILTINS
 
 _STDLIB_DIRS = tuple(
@@ -319,7 +320,7 @@ class Guard:
 
     # -- while a kernel compiles --------------------------------------------------
 
-    def on_candidate_code(self, callback: Any) -> "_Watching":
+    def on_candidate_code(self, callback: Any) -> CandidateCodeWatch:
         """Context in which the first start of any candidate function calls ``callback()``.
 
         While a worker compiles with the device lent out (``fitness.lane``), only
@@ -328,7 +329,7 @@ class Guard:
         callback per code object (``sys.monitoring``, other code disabled at its
         first start); before, a profile hook sees every call.
         """
-        return _Watching(self, callback)
+        return CandidateCodeWatch(self.candidate_files, callback)
 
     # -- running candidate code -------------------------------------------------
 
@@ -355,64 +356,3 @@ class _Running:
         if self.profile:
             sys.setprofile(None)
         self.guard.active = False
-
-
-_MONITORING_TOOL: list[int] = []  # the sys.monitoring tool id, once claimed
-
-
-def _monitoring_tool() -> int | None:
-    monitoring = getattr(sys, "monitoring", None)
-    if monitoring is None:
-        return None
-    if not _MONITORING_TOOL:
-        for tool in (5, 4, 3):
-            if monitoring.get_tool(tool) is None:
-                monitoring.use_tool_id(tool, "kevo compile watch")
-                _MONITORING_TOOL.append(tool)
-                break
-        else:
-            return None
-    return _MONITORING_TOOL[0]
-
-
-class _Watching:
-    def __init__(self, guard: Guard, callback: Any) -> None:
-        self.guard, self.callback = guard, callback
-        self.fired = False
-        self.tool: int | None = None
-        self.previous: Any = None
-
-    def _seen(self) -> None:
-        if not self.fired:
-            self.fired = True
-            self.callback()
-
-    def _start(self, code: Any, offset: int) -> Any:
-        if code.co_filename in self.guard.candidate_files:
-            self._seen()
-            return None
-        return sys.monitoring.DISABLE  # never the candidate's: no more events from this code
-
-    def _profile(self, frame: Any, event: str, arg: Any) -> None:
-        if event == "call" and frame.f_code.co_filename in self.guard.candidate_files:
-            self._seen()
-
-    def __enter__(self) -> "_Watching":
-        self.tool = _monitoring_tool()
-        if self.tool is not None:
-            events = sys.monitoring.events
-            sys.monitoring.register_callback(self.tool, events.PY_START, self._start)
-            sys.monitoring.register_callback(self.tool, events.PY_RESUME, self._start)
-            sys.monitoring.set_events(self.tool, events.PY_START | events.PY_RESUME)
-        else:
-            self.previous = sys.getprofile()
-            sys.setprofile(self._profile)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self.tool is not None:
-            sys.monitoring.set_events(self.tool, 0)
-            sys.monitoring.register_callback(self.tool, sys.monitoring.events.PY_START, None)
-            sys.monitoring.register_callback(self.tool, sys.monitoring.events.PY_RESUME, None)
-        else:
-            sys.setprofile(self.previous)
