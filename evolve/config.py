@@ -82,7 +82,7 @@ class SearchConfig:
     population_size: int = 16  # per island; also the offspring made per island and generation
     max_evaluations: int = 400  # candidates evaluated in all, seeds included
     max_generations: int | None = None
-    max_wall_time_s: float | None = None  # checked between generations, summed over resumes
+    max_wall_time_s: float | None = None  # summed over resumes; at it, what is in flight is left pending
     target_speedup: float | None = None  # stop once the best kernel is this much faster than the reference
     patience: int | None = None  # stop after this many generations without a faster kernel
     seed: int = 0

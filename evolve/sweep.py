@@ -193,8 +193,8 @@ def _previous(entry: Entry, run_dir: Path) -> Outcome | None:
         return None
     with RunStore.open(run_dir / STORE_FILE, readonly=True) as store:
         stops = store.events("stopped")
-    if not stops:
-        return None
+    if not stops or stops[-1]["data"].get("not_evaluated"):  # left pending at its wall limit: a resume
+        return None  # evaluates them (and stops)
     return _outcome(entry, run_dir, "finished", stops[-1]["data"].get("reason", ""))
 
 

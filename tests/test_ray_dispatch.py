@@ -29,8 +29,12 @@ from fitness import CutoffError, EvalSettings, Status
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'ray>=2.50')")
 
-from evolve.dispatch.ray import EvaluatorSpec, RayDispatcher, _actor_plan, start_ray  # noqa: E402
+from evolve.dispatch.fleet import Plan, actor_plan, placement  # noqa: E402
+from evolve.dispatch.ray import EvaluatorSpec, RayDispatcher, start_ray  # noqa: E402
+from evolve.search.loop import Search, run_search  # noqa: E402
+from evolve.session import search_space  # noqa: E402
 from platforms import PlatformUnavailable  # noqa: E402
+from population_store import RunStore  # noqa: E402
 
 ATTACKS = Path(__file__).parent / "attacks"
 SEED = (PROBLEMS / "elementwise" / "seed.py").read_text()
@@ -198,6 +202,49 @@ def test_candidate_that_kills_two_actors_is_recorded_as_crashed(dispatcher):
     assert dispatcher.next_result()[1].status is Status.ACCEPTED
 
 
+def test_cancelled_candidates_are_never_returned_and_their_slots_come_back(dispatcher):
+    dispatcher.submit(40, HANG)
+    dispatcher.submit(41, HANG)
+    dispatcher.submit(42, SEED)  # queued behind them
+    assert not dispatcher.wait(0.5)
+    assert sorted(dispatcher.cancel()) == [40, 41, 42]
+    assert dispatcher.in_flight == 0 and dispatcher.running() == {}
+    with pytest.raises(LookupError):
+        dispatcher.next_result()
+    dispatcher.submit(43, SEED)  # waits for a slot: the hanging ones run on to their timeout
+    key, result = dispatcher.next_result()
+    assert key == 43 and result.status is Status.ACCEPTED
+
+
+WALL_S = 3.0
+
+
+def test_a_run_at_its_wall_limit_leaves_what_is_in_flight_pending_and_a_resume_evaluates_it(dispatcher, tmp_path):
+    """A hanging seed holds its actor for TIMEOUT_S; the run stops at its limit all the same."""
+    wait_until(lambda: dispatcher.ready() == 0 and len(dispatcher._idle) == 2, "every slot free")
+    config = config_from_dict({"problem": {"reference": str(PROBLEMS / "elementwise" / "reference.py"),
+                                           "seeds": [str(PROBLEMS / "elementwise" / "seed.py")]},
+                               "search": {"population_size": 2, "max_evaluations": 4, "max_wall_time_s": WALL_S},
+                               "platform": "cpu"}, origin="test", base_dir=ROOT)
+    path = tmp_path / "run.sqlite"
+    began = time.monotonic()
+    with RunStore.create(path, config.to_dict()) as store:
+        reason = run_search(Search(store, dispatcher, config, [SEED, HANG], search_space(config, [SEED])))
+    wall = time.monotonic() - began
+    assert reason.startswith("max_wall_time_s reached"), reason
+    assert wall < WALL_S + 2.0 < TIMEOUT_S, wall  # the hanging candidate was not waited for
+    with RunStore.open(path, readonly=True) as store:
+        rows = {row.source: row for row in store.individuals()}
+        left = store.events("stopped")[-1]["data"]["not_evaluated"]
+    assert rows[HANG].status == "pending" and rows[HANG].id in left
+    with RunStore.open(path) as store:  # resumed: the limit is spent, what was left is evaluated
+        reason = run_search(Search(store, dispatcher, config, [SEED, HANG], search_space(config, [SEED])))
+        rows = {row.source: row for row in store.individuals()}
+    assert reason.startswith("max_wall_time_s reached"), reason
+    assert len(rows) == 2 and rows[HANG].status == "timeout" and rows[SEED].status == "accepted"
+    assert dispatcher.in_flight == 0
+
+
 # -- choosing the dispatcher ----------------------------------------------------------
 
 
@@ -257,18 +304,32 @@ def test_one_actor_per_gpu_each_seeing_only_its_own(tmp_path):
     assert report["seen"] == ["0", "1"]  # Ray gave each actor one GPU, a different one
 
 
-@pytest.mark.parametrize("platform, gpus, asked, expected", [
-    ("cuda", 4, None, ({"num_gpus": 1}, 4)),
-    ("rocm", 2, 1, ({"num_gpus": 1}, 1)),
-    ("auto", 0, None, ({"num_cpus": 1}, 2)),
-    ("cpu", 8, 3, ({"num_cpus": 1}, 3)),
+@pytest.mark.parametrize("platform, resources, asked, local, expected", [
+    ("cuda", {"GPU": 4, "CPU": 16}, None, False, Plan({"num_gpus": 1}, "GPU", None)),  # one per GPU of every node
+    ("rocm", {"GPU": 2}, 1, True, Plan({"num_gpus": 1}, "GPU", 1)),
+    ("auto", {"CPU": 8}, None, True, Plan({"num_cpus": 1}, "CPU", 2)),
+    ("cpu", {"GPU": 8, "CPU": 8}, 3, False, Plan({"num_cpus": 1}, "CPU", 3)),
+    ("cpu", {"CPU": 6}, None, False, Plan({"num_cpus": 1}, "CPU", None)),  # a cluster: one per CPU of every node
 ])
-def test_actor_plans(platform, gpus, asked, expected):
-    assert _actor_plan(platform, gpus, asked) == expected
+def test_actor_plans(platform, resources, asked, local, expected):
+    assert actor_plan(platform, resources, asked, local) == expected
 
 
-def test_more_actors_than_gpus_is_an_error():
+def test_more_actors_than_the_cluster_has_gpus_or_cpus_for_is_an_error():
     with pytest.raises(PlatformUnavailable, match="only 2 GPU"):
-        _actor_plan("cuda", 2, 3)
+        actor_plan("cuda", {"GPU": 2}, 3, local=True)
     with pytest.raises(PlatformUnavailable, match="has none"):
-        _actor_plan("cuda", 0, None)
+        actor_plan("cuda", {"CPU": 8}, None, local=True)
+    with pytest.raises(PlatformUnavailable, match="only 2 CPU"):
+        actor_plan("cpu", {"CPU": 2}, 3, local=False)
+
+
+@pytest.mark.parametrize("capacity, placed, total, expected", [
+    ({"a": 2, "b": 1, "head": 0}, {}, None, {"a": 2, "b": 1}),  # every unit of every node
+    ({"a": 2, "b": 2}, {}, 3, {"a": 2, "b": 1}),  # spread in turn
+    ({"a": 2, "b": 2}, {"a": 2}, 3, {"b": 1}),  # a node lost and back, or one that joined
+    ({"a": 1, "c": 4}, {"a": 1}, None, {"c": 4}),
+    ({"a": 1}, {"a": 1}, 5, {}),  # no room left: the rest wait for a node
+])
+def test_placement_fills_every_node_in_turn(capacity, placed, total, expected):
+    assert placement(capacity, placed, total) == expected

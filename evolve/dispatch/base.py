@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import abc
 import collections
+import time
 from collections.abc import Iterator
 from typing import Any, Protocol
 
@@ -43,6 +44,25 @@ class Dispatcher(abc.ABC):
     @abc.abstractmethod
     def in_flight(self) -> int:
         """How many submitted candidates have not been returned yet."""
+
+    def wait(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for a result ``next_result`` can return without waiting; True
+        when there is one.
+
+        One that evaluates on demand (in process) has one whenever anything is
+        in flight: its ``next_result`` evaluates it then.
+        """
+        return self.in_flight > 0
+
+    def cancel(self) -> list[int]:
+        """Give up on every candidate in flight: their results will not be returned; their keys.
+
+        Results already in are given up too (take them first). An evaluation
+        already running may run on where it runs, but its result is dropped
+        and its evaluator is free again once it ends. A search calls this at
+        its wall limit and leaves the candidates not evaluated, for a resume.
+        """
+        return []
 
     def ready(self) -> int:
         """How many results ``next_result`` would return now without waiting.
@@ -114,6 +134,7 @@ class InProcessDispatcher(Dispatcher):
     def __init__(self, evaluator: Evaluates) -> None:
         self.evaluator = evaluator
         self._queue: collections.deque[tuple[int, str]] = collections.deque()
+        self.usage = SlotUsage(1)
 
     def submit(self, key: int, source: str) -> None:
         self._queue.append((key, source))
@@ -122,11 +143,20 @@ class InProcessDispatcher(Dispatcher):
         if not self._queue:
             raise LookupError("no candidate is in flight")
         key, source = self._queue.popleft()
-        return key, self.evaluator.evaluate(source)
+        self.usage.hold(1)
+        try:
+            return key, self.evaluator.evaluate(source)
+        finally:
+            self.usage.release(1)
 
     @property
     def in_flight(self) -> int:
         return len(self._queue)
+
+    def cancel(self) -> list[int]:
+        keys = [key for key, _ in self._queue]
+        self._queue.clear()
+        return keys
 
     def profile(self, source: str, runtime_ms: float | None) -> dict[str, Any] | None:
         profile = getattr(self.evaluator, "profile", None)  # a test's fake evaluator may not profile
@@ -141,3 +171,43 @@ class _Done:
 
     def __init__(self, record: dict[str, Any] | None) -> None:
         self.record = record
+
+
+class SlotUsage:
+    """How busy a dispatcher's evaluation slots have been: slot-seconds a candidate held over
+    slot-seconds there were, from its creation (or ``SlotUsage(capacity)``) on.
+
+    >>> usage = SlotUsage(capacity=2)
+    >>> usage.hold(1); usage.release(1)  # doctest: +SKIP
+    >>> usage.stats()["busy_share"]  # doctest: +SKIP
+    0.5
+    """
+
+    def __init__(self, capacity: int = 0) -> None:
+        self.busy_s = self.slot_s = 0.0
+        self._capacity, self._held, self._mark = capacity, 0, time.monotonic()
+
+    def resize(self, capacity: int) -> None:
+        """The pool now has ``capacity`` slots (actors came or went)."""
+        self._advance()
+        self._capacity = capacity
+
+    def hold(self, slots: int) -> None:
+        self._advance()
+        self._held += slots
+
+    def release(self, slots: int) -> None:
+        self._advance()
+        self._held -= slots
+
+    def stats(self) -> dict[str, float | None]:
+        """``busy_s`` (slot-seconds held), ``slot_s`` (slot-seconds there were) and their ratio."""
+        self._advance()
+        share = self.busy_s / self.slot_s if self.slot_s > 0 else None
+        return {"busy_s": self.busy_s, "slot_s": self.slot_s, "busy_share": share}
+
+    def _advance(self) -> None:
+        now = time.monotonic()
+        elapsed, self._mark = now - self._mark, now
+        self.slot_s += self._capacity * elapsed
+        self.busy_s += min(self._held, self._capacity) * elapsed

@@ -1,29 +1,31 @@
-"""Evaluation on Ray: one actor per GPU, each holding a warm ``fitness.Evaluator``.
+"""Evaluation on Ray: one actor per GPU of every node, each holding warm ``fitness.Evaluator``s.
 
 ``RayDispatcher`` implements ``Dispatcher``. Every actor (``evolve.dispatch.actor``)
 builds its own ``Evaluator``s (reference outputs on its device, sandboxed
 workers kept warm, one per slot) from an ``EvaluatorSpec`` of plain,
 picklable values. ``submit`` hands a candidate to a free slot or queues it;
-``next_result`` waits for whichever slot finishes first. Ray gives each GPU actor its device through the
-platform's visibility variable (``CUDA_VISIBLE_DEVICES``, ...), so inside the
-actor the platform's device 0 is the actor's GPU. Without a GPU, CPU actors run
-the ``cpu`` platform.
+``next_result`` waits for whichever slot finishes first. Ray gives each GPU
+actor its device through the platform's visibility variable
+(``CUDA_VISIBLE_DEVICES``, ...), so inside the actor the platform's device 0
+is the actor's GPU. Without a GPU, CPU actors run the ``cpu`` platform.
+
+The actors live on the cluster's nodes (``evolve.dispatch.fleet``): a node
+that joins gets actors, and a node that is lost takes its actors with it;
+their candidates go back to the queue and are evaluated elsewhere.
 
 A candidate that crashes or hangs is already a result inside the evaluator.
-An actor that dies (its process killed, its node lost) sends the candidates it
-held back to the queue and is replaced; each is evaluated again with an actor
-to itself, and one that takes that actor down too (``MAX_ACTOR_DEATHS`` in
-all) is recorded as ``crashed``.
+An actor that dies on a live node (its process killed) sends the candidates
+it held back to the queue and is replaced; each is evaluated again with an
+actor to itself, and one that takes that actor down too (``MAX_ACTOR_DEATHS``
+in all) is recorded as ``crashed``. A lost node is never a candidate's doing.
 
->>> spec = EvaluatorSpec("problems/elementwise/reference.py", platform="cpu",
-...                      shapes={"batch_size": 4, "dim": 100})  # doctest: +SKIP
->>> with RayDispatcher(spec, num_actors=2) as dispatcher:  # doctest: +SKIP
+>>> with RayDispatcher(EvaluatorSpec("problems/elementwise/reference.py", platform="cpu"),
+...                    num_actors=2) as dispatcher:  # doctest: +SKIP
 ...     dispatcher.submit(1, source)
 ...     dispatcher.next_result()
 (1, EvalResult(status=<Status.ACCEPTED: 'accepted'>, ...))
 
-Ray is imported only when a ``RayDispatcher`` is made or ``start_ray`` is
-called: the in-process path never needs it.
+Ray is imported only when a ``RayDispatcher`` is made (``evolve.dispatch.connect``).
 """
 
 from __future__ import annotations
@@ -32,12 +34,13 @@ import collections
 import dataclasses
 import logging
 import os
-import tempfile
-from pathlib import Path
+import time
 from typing import Any
 
 from evolve.dispatch.actor import EvaluatorActor, EvaluatorSpec
-from evolve.dispatch.base import Dispatcher
+from evolve.dispatch.base import Dispatcher, SlotUsage
+from evolve.dispatch.connect import RayUnavailable, import_ray, start_ray
+from evolve.dispatch.fleet import NODE_CHECK_S, Fleet, actor_plan
 from fitness import CutoffError, EvalResult, ProblemError, Status
 from platforms import PlatformUnavailable
 
@@ -47,107 +50,31 @@ log = logging.getLogger(__name__)
 
 #: A candidate whose evaluation has killed this many actors is recorded as crashed.
 MAX_ACTOR_DEATHS = 2
-#: CPU actors when the platform is ``cpu`` and no count is given.
-DEFAULT_CPU_ACTORS = 2
 #: Candidates a GPU actor evaluates at once: one timed, the others compiling and checking.
 DEFAULT_GPU_SLOTS = 3
-
-# Environment of a local Ray instance that must reach nothing but loopback.
-# RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 makes every Ray process take 127.0.0.1 as
-# its node address instead of finding one with a UDP connect to a public
-# resolver (Ray reads it when ``ray`` is imported). Token authentication is
-# off: the instance listens on loopback only, and the sandboxed worker that
-# runs candidates never sees Ray's environment anyway (fitness.sandbox drops
-# *AUTH* and *TOKEN* names).
-_LOCAL_ENV = {
-    "RAY_USAGE_STATS_ENABLED": "0",
-    "RAY_AUTH_MODE": "disabled",
-    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-}
-# Ray's head asks the cloud metadata address (169.254.169.254) which cloud it
-# runs on unless $HOME/ray_bootstrap_config.yaml exists, even with usage stats
-# off. Rather than write into the user's home, the head processes are started
-# with HOME pointing at a kevo directory that holds that file; actors get the
-# real HOME back (see ``RayDispatcher``).
-_BOOTSTRAP_FILE = "ray_bootstrap_config.yaml"
-_BOOTSTRAP_TEXT = "# written by kevo: tells Ray's head it runs on a local cluster\nprovider: {type: local}\n"
-
-
-class RayUnavailable(RuntimeError):
-    """Ray is not installed, or the cluster cannot run the evaluators asked for."""
-
-
-def _import_ray() -> Any:
-    try:
-        import ray
-    except ImportError:
-        raise RayUnavailable("Ray is not installed: pip install 'ray>=2.50' "
-                             "(or set cluster.actors: 0 to evaluate in this process)") from None
-    return ray
-
-
-def start_ray(address: str | None = None, num_cpus: int | None = None, num_gpus: int | None = None) -> None:
-    """Connect to Ray: join the cluster at ``address``, or start a loopback-only local instance.
-
-    A local instance binds and connects to 127.0.0.1 only, sends no usage
-    statistics, asks no cloud metadata service, runs no dashboard, and has
-    ``num_cpus`` (default: this machine's cores) and ``num_gpus`` (default:
-    what Ray detects). Does nothing when Ray is already initialised.
-    """
-    if address is None:
-        # Before the import: Ray reads some of these when it is imported.
-        os.environ.update(_LOCAL_ENV)
-    ray = _import_ray()
-    if ray.is_initialized():
-        return
-    if address is not None:
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-        try:
-            ray.init(address=address, log_to_driver=False)
-        except ConnectionError as exc:  # e.g. address "auto" with no cluster on this machine
-            raise RayUnavailable(f"cannot join the Ray cluster at cluster.address {address!r}: {exc}") from None
-        return
-    home = os.environ.get("HOME")
-    os.environ["HOME"] = _bootstrap_home()
-    try:
-        ray.init(num_cpus=num_cpus or os.cpu_count() or 1, num_gpus=num_gpus, include_dashboard=False,
-                 _node_ip_address="127.0.0.1", log_to_driver=False)
-    finally:
-        if home is None:
-            del os.environ["HOME"]
-        else:
-            os.environ["HOME"] = home
-
-
-def _bootstrap_home() -> str:
-    """A directory of kevo's holding Ray's local-cluster marker file."""
-    home = Path(tempfile.gettempdir()) / f"kevo-ray-home-{os.getuid()}"
-    home.mkdir(mode=0o700, exist_ok=True)
-    marker = home / _BOOTSTRAP_FILE
-    if not marker.is_file():
-        marker.write_text(_BOOTSTRAP_TEXT, encoding="utf-8")
-    return str(home)
 
 
 @dataclasses.dataclass
 class _Job:
-    key: int
+    key: Any
     source: str
     spec: EvaluatorSpec
     actor: Any = None
     solo: bool = False  # evaluated with its actor to itself (a retry after the actor died)
     held: int = 1  # slots of ``actor`` it holds
+    dropped: bool = False  # cancelled while it ran: its result is not returned
 
 
 class RayDispatcher(Dispatcher):
-    """Evaluates on Ray actors, one per GPU (or ``num_actors`` CPU actors without one).
+    """Evaluates on Ray actors, one per GPU of every node (or ``num_actors`` CPU actors without one).
 
     Each actor evaluates up to ``slots`` candidates at once (default: 3 on a
     GPU, where two compile and check while one is timed; 1 on the CPU).
     ``address`` joins an existing cluster; ``None`` starts (or reuses) a local,
     loopback-only instance. The constructor returns once every actor has built
     an evaluator, so a problem the evaluator refuses raises here.
-    ``retarget(spec)`` points later submissions at another problem (sweeps).
+    ``retarget(spec)`` points later submissions at another problem (sweeps);
+    ``submit(..., spec=)`` sends one candidate to another problem's evaluators.
     """
 
     def __init__(self, spec: EvaluatorSpec, num_actors: int | None = None, address: str | None = None,
@@ -158,35 +85,35 @@ class RayDispatcher(Dispatcher):
         if slots is not None and slots < 1:
             raise ValueError(f"slots must be at least 1, got {slots}")
         start_ray(address)
-        self._ray = ray = _import_ray()
-        gpus = int(ray.cluster_resources().get("GPU", 0))
-        self._options, count = _actor_plan(spec.platform, gpus, num_actors)
-        self.slots = slots or (DEFAULT_GPU_SLOTS if "num_gpus" in self._options else 1)
+        self._ray = ray = import_ray()
+        plan = actor_plan(spec.platform, ray.cluster_resources(), num_actors, local=address is None)
+        self.slots = slots or (DEFAULT_GPU_SLOTS if plan.resource == "GPU" else 1)
         # actor_class/actor_options: a stand-in actor with EvaluatorActor's methods (simulations, benchmarks)
-        self._options = {**self._options, "max_concurrency": self.slots, **(actor_options or {})}
-        self._remote = ray.remote(actor_class or EvaluatorActor)
+        options = {**plan.options, "max_concurrency": self.slots, **(actor_options or {})}
         # kevo's own actor fits its slots to the device's memory (stand-ins take none)
-        self._actor_kwargs = {"slots": self.slots} if actor_class is None else {}
+        kwargs = {"slots": self.slots} if actor_class is None else {}
+        home = os.environ.get("HOME") if address is None else None  # see connect.bootstrap_home
+        self._fleet = Fleet(ray, ray.remote(actor_class or EvaluatorActor), plan, options, (home,), kwargs)
         self._spec = spec
         self._ready_timeout_s = ready_timeout_s
-        self._home = os.environ.get("HOME") if address is None else None
         self._queue: collections.deque[_Job] = collections.deque()
         self._idle: list[Any] = []
         self._running: dict[Any, _Job] = {}  # object ref -> the job it answers
-        self._deaths: collections.Counter[int] = collections.Counter()
-        self._verdicts: collections.deque[tuple[int, EvalResult]] = collections.deque()
+        self._deaths: collections.Counter = collections.Counter()
+        self._lost_actors: dict[Any, bool] = {}  # a dead actor -> whether its node was still alive
+        self._verdicts: collections.deque[tuple[Any, EvalResult]] = collections.deque()
+        self._waiting_for_nodes = False
         self.pids: dict[Any, int] = {}  # actor handle -> its process id, once known
-        self.served_by: dict[int, int] = {}  # key -> pid of the actor whose result was returned
-        self._actors = [self._new_actor() for _ in range(count)]
+        self.served_by: dict[Any, int] = {}  # key -> pid of the actor whose result was returned
+        self.usage = SlotUsage()
+        self._add(self._fleet.fill())
         try:
             self.info = self._prepare(spec)
         except BaseException:
-            for actor in self._actors:
-                ray.kill(actor)
+            self._fleet.kill_all()
             raise
-        for actor in self._actors:
-            self._idle.extend([actor] * self.slots)
-        log.info("evaluating on %d Ray actor(s) with %d slot(s) each: %s", count, self.slots,
+        self.usage = SlotUsage(self.capacity)  # counted from here: start-up is not evaluators' idle time
+        log.info("evaluating on %d Ray actor(s) with %d slot(s) each: %s", len(self._fleet.actors), self.slots,
                  self.info["device_name"])
 
     def retarget(self, spec: EvaluatorSpec) -> dict[str, Any]:
@@ -199,18 +126,37 @@ class RayDispatcher(Dispatcher):
         return self.info
 
     def _prepare(self, spec: EvaluatorSpec) -> dict[str, Any]:
-        infos = self._get([a.prepare.remote(spec) for a in self._actors], self._ready_timeout_s)
-        for actor, info in zip(self._actors, infos):
-            self.pids[actor] = info["pid"]
-        return {k: v for k, v in infos[0].items() if k != "pid"}
+        """Every live actor builds ``spec``'s evaluators; where the first of them evaluates.
+
+        An actor lost meanwhile is left out (its node's replacement builds its
+        own at its first call); with none left, waits for a node to join.
+        """
+        deadline = time.monotonic() + self._ready_timeout_s
+        while True:
+            asked = {actor: actor.prepare.remote(spec) for actor in self._fleet.actors}
+            infos = []
+            for actor, ref in asked.items():
+                try:
+                    infos.append(self._get(ref, max(0.0, deadline - time.monotonic())))
+                except self._actor_errors() as exc:
+                    self._actor_lost(actor, exc)
+                    continue
+                self.pids[actor] = infos[-1]["pid"]
+            if infos:
+                return {k: v for k, v in infos[0].items() if k != "pid"}
+            if time.monotonic() > deadline:
+                raise RayUnavailable(f"no evaluator actor of the Ray cluster came up within "
+                                     f"{self._ready_timeout_s:.0f} s (nodes: {self._fleet.nodes()})")
+            time.sleep(min(NODE_CHECK_S, max(0.0, deadline - time.monotonic())))
+            self._add(self._fleet.fill())
 
     @property
     def capacity(self) -> int:
-        return len(self._actors) * self.slots
+        return len(self._fleet.actors) * self.slots
 
     def lane_stats(self) -> list[dict[str, float]]:
         """Per actor: how busy its device's timing lane has been (see ``fitness.lane``)."""
-        return self._get([a.lane_stats.remote() for a in self._actors], 60)
+        return [self._get(ref, 60) for ref in [a.lane_stats.remote() for a in self._fleet.actors]]
 
     def profile(self, source: str, runtime_ms: float | None) -> dict[str, Any] | None:
         """The profile of ``source``, taken by the first actor, waited for; None when it was lost."""
@@ -220,7 +166,8 @@ class RayDispatcher(Dispatcher):
         return self.profile_result(handle)[1]
 
     def profile_later(self, source: str, runtime_ms: float | None) -> Any:
-        method = getattr(self._actors[0], "profile", None)  # a stand-in actor may not profile
+        actors = self._fleet.actors
+        method = getattr(actors[0], "profile", None) if actors else None  # a stand-in actor may not profile
         return None if method is None else method.remote(self._spec, source, runtime_ms)
 
     def profile_result(self, handle: Any) -> tuple[bool, dict[str, Any] | None]:
@@ -231,7 +178,7 @@ class RayDispatcher(Dispatcher):
             return False, None
         try:
             return True, ray.get(handle)
-        except ray.exceptions.RayActorError as exc:
+        except self._actor_errors() as exc:
             log.warning("the Ray actor profiling a parent died (%s); it goes without a profile", type(exc).__name__)
             return True, None
         except ray.exceptions.RayTaskError as exc:  # ProblemError (a bad FLOPS), or a bug of kevo
@@ -239,38 +186,46 @@ class RayDispatcher(Dispatcher):
 
     # -- Dispatcher ------------------------------------------------------------
 
-    def submit(self, key: int, source: str) -> None:
-        self._queue.append(_Job(key, source, self._spec))
+    def submit(self, key: Any, source: str, spec: EvaluatorSpec | None = None) -> None:
+        self._queue.append(_Job(key, source, spec or self._spec))
         self._hand_out()
 
-    def next_result(self) -> tuple[int, EvalResult]:
+    def next_result(self) -> tuple[Any, EvalResult]:
         while not self._verdicts:
-            if not self._running:
+            if not self.in_flight:
                 raise LookupError("no candidate is in flight")
-            pending = list(self._running)
-            ready, rest = self._ray.wait(pending, num_returns=1)
-            if rest:  # take every result that is in already, in one round trip
-                more, _ = self._ray.wait(rest, num_returns=len(rest), timeout=0)
-                ready += more
-            self._collect_all(ready)
-            self._hand_out()
+            self._pump(NODE_CHECK_S)
         return self._verdicts.popleft()
+
+    def wait(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while not self._verdicts and self.in_flight and (left := deadline - time.monotonic()) > 0:
+            self._pump(min(left, NODE_CHECK_S))
+        return bool(self._verdicts)
 
     @property
     def in_flight(self) -> int:
-        return len(self._queue) + len(self._running) + len(self._verdicts)
+        running = sum(1 for job in self._running.values() if not job.dropped)
+        return len(self._queue) + running + len(self._verdicts)
 
     def ready(self) -> int:
-        if self._running:
-            done, _ = self._ray.wait(list(self._running), num_returns=len(self._running), timeout=0)
-            if done:
-                self._collect_all(done)
-                self._hand_out()
+        self._pump(0)
         return len(self._verdicts)
+
+    def cancel(self) -> list[Any]:
+        """Drop every candidate in flight. Those running go on in their actors (an evaluation
+        cannot be stopped halfway without losing its worker); their slots are free again when they end."""
+        keys = [job.key for job in self._queue] + [key for key, _ in self._verdicts]
+        keys += [job.key for job in self._running.values() if not job.dropped]
+        for job in self._running.values():
+            job.dropped = True
+        self._queue.clear()
+        self._verdicts.clear()
+        return keys
 
     def close(self) -> None:
         """Stop every actor (and so its evaluator's worker); queued work is dropped."""
-        actors = list(self._actors)
+        actors = self._fleet.actors
         self._queue.clear()
         self._running.clear()
         self._idle.clear()
@@ -279,26 +234,53 @@ class RayDispatcher(Dispatcher):
                 self._ray.get(actor.close.remote(), timeout=30)
             except Exception:  # a dead or stuck actor: killing it below is all that is left to do
                 pass
-            self._ray.kill(actor)
+        self._fleet.kill_all()
+        self.usage.resize(0)
 
     # -- the actors ------------------------------------------------------------
 
     def actors(self) -> list[Any]:
         """Handles of the live actors (for inspection and tests)."""
-        return list(self._actors)
+        return self._fleet.actors
 
-    def running(self) -> dict[int, Any]:
+    def node_of(self, actor: Any) -> str | None:
+        """The id of the node ``actor`` is pinned to."""
+        return self._fleet.node_of.get(actor)
+
+    def running(self) -> dict[Any, Any]:
         """Key -> handle of the actor evaluating it now."""
-        return {job.key: job.actor for job in self._running.values()}
+        return {job.key: job.actor for job in self._running.values() if not job.dropped}
 
-    def _new_actor(self) -> Any:
-        return self._remote.options(**self._options).remote(self._home, **self._actor_kwargs)
+    def _pump(self, timeout_s: float) -> None:
+        """Take what finished within ``timeout_s``, follow the cluster's nodes, hand out queued work."""
+        gone, fresh = self._fleet.follow()
+        for actor in gone:
+            self._actor_lost(actor, None)
+        self._add(fresh)
+        if self._running:
+            ready, rest = self._ray.wait(list(self._running), num_returns=1, timeout=timeout_s)
+            if ready and rest:  # take every result that is in already, in one round trip
+                ready += self._ray.wait(rest, num_returns=len(rest), timeout=0)[0]
+            self._collect_all(ready)
+        elif self._queue and timeout_s > 0:  # work, and no evaluator alive to take it
+            if not self._waiting_for_nodes:
+                log.warning("no evaluator actor is alive: %d candidate(s) wait for a node to join", len(self._queue))
+            self._waiting_for_nodes = True
+            time.sleep(timeout_s)
+        self._hand_out()
+
+    def _add(self, actors: list[Any]) -> None:
+        if actors:
+            self._waiting_for_nodes = False
+        for actor in actors:
+            self._idle.extend([actor] * self.slots)
+        self.usage.resize(self.capacity)
 
     def _hand_out(self) -> None:
         while self._queue:
             job = self._queue[0]
             if job.solo:  # waits for an actor with every slot free; nothing is handed out meanwhile
-                actor = next((a for a in self._actors if self._idle.count(a) == self.slots), None)
+                actor = next((a for a in self._fleet.actors if self._idle.count(a) == self.slots), None)
                 if actor is None:
                     return
                 self._idle = [a for a in self._idle if a is not actor]
@@ -311,13 +293,14 @@ class RayDispatcher(Dispatcher):
             self._queue.popleft()
             job.actor = actor
             self._running[actor.evaluate.remote(job.spec, job.source)] = job
+            self.usage.hold(job.held)
 
     def _collect_all(self, refs: list[Any]) -> None:
-        """``_collect`` each of ``refs`` (all ready), fetching their values together."""
+        """Take each of ``refs`` (all ready), fetching their values together."""
         ray = self._ray
         try:
             values = ray.get(refs)
-        except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError):
+        except (*self._actor_errors(), ray.exceptions.RayTaskError):
             for ref in refs:  # one of them failed: take them one by one
                 self._collect(ref)
             return
@@ -328,35 +311,55 @@ class RayDispatcher(Dispatcher):
         ray = self._ray
         job = self._running.pop(ref)
         try:
-            pid, result = ray.get(ref)
-        except ray.exceptions.RayActorError as exc:
+            value = ray.get(ref)
+        except self._actor_errors() as exc:
+            self.usage.release(job.held)
             self._lost(job, exc)
             return
         except ray.exceptions.RayTaskError as exc:  # a bug of kevo in the actor: raise it here
             raise exc.as_instanceof_cause() from None
-        self._take(job, (pid, result))
+        self._take(job, value)
 
     def _take(self, job: _Job, value: tuple[int, EvalResult]) -> None:
         pid, result = value
+        self.usage.release(job.held)
         self.pids[job.actor] = pid
+        if job.actor in self._fleet.node_of:
+            self._idle.extend([job.actor] * job.held)
+        if job.dropped:
+            return
         self.served_by[job.key] = pid
-        self._idle.extend([job.actor] * job.held)
+        self._deaths.pop(job.key, None)
         self._verdicts.append((job.key, result))
 
-    def _lost(self, job: _Job, exc: Exception) -> None:
-        """``job``'s actor died: replace it, and retry the job unless it has killed too many.
+    def _actor_lost(self, actor: Any, exc: Exception | None) -> bool:
+        """Forget a dead ``actor`` (once), starting its replacement where the plan has room;
+        whether its node was still alive (the actor itself died)."""
+        if actor not in self._lost_actors:
+            alive = self._fleet.drop(actor)
+            self._lost_actors[actor] = alive
+            self.pids.pop(actor, None)
+            self._idle = [a for a in self._idle if a is not actor]
+            if exc is not None:
+                log.warning("a Ray evaluator actor died (%s%s)", type(exc).__name__,
+                            "" if alive else "; its node is gone")
+            self._add(self._fleet.fill())
+        return self._lost_actors[actor]
 
-        The actor's other running jobs fail the same way and come here too;
-        the first of them replaces the actor (with all its slots). A job is
-        retried with an actor to itself, so a second death is its own doing.
+    def _lost(self, job: _Job, exc: Exception) -> None:
+        """``job``'s actor died: retry the job elsewhere unless it has killed too many actors.
+
+        A job whose node was lost goes back to the queue as it was. Otherwise
+        it is retried with an actor to itself, so a second death is its own
+        doing (the actor's other jobs fail the same way and come here too).
         """
-        dead = job.actor
-        if dead in self._actors:
-            self._ray.kill(dead)
-            self.pids.pop(dead, None)
-            fresh = self._new_actor()  # its first evaluate call builds its evaluators
-            self._actors[self._actors.index(dead)] = fresh
-            self._idle = [a for a in self._idle if a is not dead] + [fresh] * self.slots
+        node_alive = self._actor_lost(job.actor, exc)
+        if job.dropped:
+            return
+        if not node_alive:
+            log.warning("candidate %s: its node was lost; it goes back to the queue", job.key)
+            self._queue.appendleft(dataclasses.replace(job, actor=None, held=1))
+            return
         self._deaths[job.key] += 1
         deaths = self._deaths[job.key]
         alone = job.solo or self.slots == 1  # nobody else's candidate could have done it
@@ -365,6 +368,7 @@ class RayDispatcher(Dispatcher):
             log.warning("candidate %s: its evaluation killed %d actors; recorded as crashed", job.key, deaths)
             reason = (f"the evaluating Ray actor died {deaths} times while evaluating this candidate "
                       f"({type(exc).__name__}: {cause})")
+            self._deaths.pop(job.key, None)
             self._verdicts.append((job.key, EvalResult(Status.CRASHED, reason, platform=self.info["platform"],
                                                        device_name=self.info["device_name"])))
         else:
@@ -372,26 +376,19 @@ class RayDispatcher(Dispatcher):
                         job.key, type(exc).__name__)
             self._queue.appendleft(dataclasses.replace(job, actor=None, solo=True, held=1))
 
-    def _get(self, refs: list[Any], timeout_s: float) -> list[Any]:
+    def _actor_errors(self) -> tuple[type[Exception], ...]:
+        """What a call to an actor raises when the actor is dead or could not be placed (its node gone)."""
+        errors = self._ray.exceptions
+        return errors.RayActorError, errors.ActorUnschedulableError
+
+    def _get(self, ref: Any, timeout_s: float) -> Any:
         ray = self._ray
         try:
-            return ray.get(refs, timeout=timeout_s)
+            return ray.get(ref, timeout=timeout_s)
         except ray.exceptions.GetTimeoutError:
-            raise RayUnavailable(f"the Ray evaluator actors were not ready within {timeout_s:.0f} s "
-                                 f"(asked for {self._options}; cluster has {ray.available_resources()})") from None
+            raise RayUnavailable(f"the Ray evaluator actors were not ready within {self._ready_timeout_s:.0f} s "
+                                 f"(plan {self._fleet.plan}; cluster has {ray.available_resources()})") from None
         except ray.exceptions.RayTaskError as exc:
             if isinstance(exc.cause, (ProblemError, CutoffError, PlatformUnavailable)):
                 raise exc.cause from None
             raise exc.as_instanceof_cause() from None
-
-
-def _actor_plan(platform: str, gpus: int, num_actors: int | None) -> tuple[dict[str, Any], int]:
-    """(actor options, actor count) for ``platform`` on a cluster with ``gpus`` GPUs."""
-    if platform == "cpu" or (platform == "auto" and gpus == 0):
-        return {"num_cpus": 1}, num_actors or DEFAULT_CPU_ACTORS
-    if gpus == 0:
-        raise PlatformUnavailable(f"platform {platform!r} needs GPUs, but the Ray cluster has none")
-    count = num_actors or gpus
-    if count > gpus:
-        raise PlatformUnavailable(f"cluster.actors is {count}, but the Ray cluster has only {gpus} GPU(s)")
-    return {"num_gpus": 1}, count

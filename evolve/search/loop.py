@@ -91,6 +91,7 @@ def run_search(search: Search) -> str:
     cfg, store = search.config.search, search.store
     state, rng = _restore(store, cfg.seed)
     clock = _Clock(state.elapsed_s)
+    deadline = clock.deadline(cfg.max_wall_time_s)
     ledger = _Ledger(store, state.last_id)
     flight = _Flight(search)
     breeder = _breeder(search, state, rng)
@@ -98,7 +99,9 @@ def run_search(search: Search) -> str:
         children, failures = _seed_children(search, breeder)
         seeds = [ledger.admit(child, 0, 0) for child in children if ledger.is_new(child)]
         flight.submit(seeds)
-        flight.take(until=0)
+        flight.take(until=0, deadline=deadline)
+        if flight.outstanding:  # the wall limit came first: a resume evaluates the rest
+            return _seeds_cut_short(store, state, clock, flight)
         accepted = _accepted_seeds(seeds, failures, llm=not search.seeds)
         if not search.seeds:  # the LLM wrote them: the space comes from those accepted
             settle = search.on_llm_seeds or (lambda sources: seed_space(sources, search.config.operators.space))
@@ -125,25 +128,27 @@ def run_search(search: Search) -> str:
             # which may change that, not for all in flight while slots go
             # idle. Such a round is no generation: it counts for neither
             # patience nor max_generations.
-            flight.take(until=max(0, len(flight.outstanding) - 1))
+            flight.take(until=max(0, len(flight.outstanding) - 1), deadline=deadline)
             generation = state.generation
         else:
-            flight.take(until=spare)
+            flight.take(until=spare, deadline=deadline)
         landed = flight.landed()
         breeder.steering.learn(landed)
         islands = _close(islands, landed, state, cfg, rng, generation, stale=any(offspring))
         _checkpoint(store, state, generation, rng, ledger, clock, flight, breeder)
-        if not any(offspring) and not landed:
+        if not any(offspring) and not landed and not clock.past(deadline):
             reason = "no unseen candidate is left near the population (the search space is exhausted)"
             break
-    if flight.outstanding:  # the budget is spent: wait for the last results
-        flight.take(until=0)
+    not_evaluated: list[int] = []
+    if flight.outstanding:  # the budget is spent: wait for the last results, up to the wall limit
+        flight.take(until=0, deadline=deadline)
         landed = flight.landed()
         breeder.steering.learn(landed)
         islands = _close(islands, landed, state, cfg, rng, state.generation, stale=False)
+        not_evaluated = flight.cancel()  # past the wall limit: left pending, in flight for a resume
         _checkpoint(store, state, state.generation, rng, ledger, clock, flight, breeder)
     store.record_event("stopped", {"reason": reason, "generation": state.generation,
-                                   "evaluations": state.evaluations})
+                                   "evaluations": state.evaluations, "not_evaluated": not_evaluated})
     return reason
 
 
@@ -185,13 +190,17 @@ class _Flight:
         """Submit again what was in flight at the checkpoint (taking what was committed since)."""
         self.submit([Candidate.from_individual(self.search.store.get(i)) for i in ids])
 
-    def take(self, until: int) -> None:
+    def take(self, until: int, deadline: float | None = None) -> None:
         """Commit results as they land until at most ``until`` candidates are still being
-        evaluated (and every result already in is taken)."""
+        evaluated (and every result already in is taken), or until ``deadline`` (``time.monotonic``)."""
         search = self.search
         while self.outstanding:
-            if not search.dispatcher.ready() and search.dispatcher.in_flight <= until:
-                break
+            if not search.dispatcher.ready():
+                left = None if deadline is None else deadline - time.monotonic()
+                if search.dispatcher.in_flight <= until or (left is not None and left <= 0):
+                    break
+                if left is not None and not search.dispatcher.wait(left):
+                    continue  # the deadline passed first
             key, result = search.dispatcher.next_result()
             record = result.to_dict()
             search.store.set_result(key, record, record["status"], record["runtime_ms"])
@@ -204,6 +213,14 @@ class _Flight:
         """Results taken since the last call."""
         landed, self._landed = self._landed, []
         return landed
+
+    def cancel(self) -> list[int]:
+        """Give up on the candidates in flight (the wall limit): they stay pending in the store and
+        outstanding here, so the checkpoint lists them in flight and a resume evaluates them."""
+        if self.outstanding:
+            self.search.dispatcher.cancel()
+            log.info("wall limit: %d candidate(s) in flight left pending for a resume", len(self.outstanding))
+        return sorted(self.outstanding)
 
 
 def stop_reason(state: LoopState, config: Config, elapsed_s: float) -> str | None:
@@ -269,6 +286,16 @@ class _Clock:
     def elapsed(self) -> float:
         return self.before + time.monotonic() - self.started
 
+    def deadline(self, limit_s: float | None) -> float | None:
+        """When (``time.monotonic``) ``limit_s`` of search time is reached; None without a limit, or
+        for a session that starts past it: that one evaluates what was left in flight, and stops."""
+        if limit_s is None or self.before >= limit_s:
+            return None
+        return self.started + limit_s - self.before
+
+    def past(self, deadline: float | None) -> bool:
+        return deadline is not None and time.monotonic() >= deadline
+
 
 def _restore(store: RunStore, seed: int) -> tuple[LoopState, random.Random]:
     stored = store.get_state(STATE_KEY)
@@ -289,6 +316,18 @@ def _checkpoint(store: RunStore, state: LoopState, generation: int, rng: random.
     state.in_flight = sorted(flight.outstanding)
     state.last_id, state.evaluations, state.elapsed_s = ledger.last_id, store.count(), clock.elapsed()
     store.put_state(STATE_KEY, dataclasses.asdict(state))
+
+
+def _seeds_cut_short(store: RunStore, state: LoopState, clock: _Clock, flight: _Flight) -> str:
+    """The wall limit came before every seed was judged: stop, the rest left pending (a resume
+    makes generation 0 again, its judged seeds from the store, and evaluates the rest)."""
+    not_evaluated = flight.cancel()
+    state.elapsed_s = clock.elapsed()
+    store.put_state(STATE_KEY, dataclasses.asdict(state))
+    reason = f"max_wall_time_s reached ({state.elapsed_s:.0f} s)"
+    store.record_event("stopped", {"reason": reason, "generation": state.generation,
+                                   "evaluations": store.count(), "not_evaluated": not_evaluated})
+    return reason
 
 
 def _breeder(search: Search, state: LoopState, rng: random.Random) -> Breeder:

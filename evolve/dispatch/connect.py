@@ -1,0 +1,114 @@
+"""Reaching Ray: join a cluster at an address, or start a loopback-only local instance.
+
+Ray's defaults reach off the machine: it finds its own address with a UDP
+connect to a public resolver, and its head asks the cloud metadata address
+which cloud it runs on. ``start_ray`` keeps a local instance, and a cluster
+joined at a loopback address (several raylets on one machine), on 127.0.0.1
+and away from any metadata service. Ray is imported only when this is called.
+
+>>> start_ray()  # doctest: +SKIP
+>>> start_ray("10.0.0.1:6379")  # a cluster's head, started with 'ray start --head'  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+# Environment of Ray processes that must reach nothing but loopback.
+# RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 makes every Ray process take 127.0.0.1 as
+# its node address instead of finding one with a UDP connect to a public
+# resolver (Ray reads it when ``ray`` is imported). Token authentication is
+# off: the instance listens on loopback only, and the sandboxed worker that
+# runs candidates never sees Ray's environment anyway (fitness.sandbox drops
+# *AUTH* and *TOKEN* names).
+LOCAL_ENV = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "RAY_AUTH_MODE": "disabled",
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+}
+# Ray's head asks the cloud metadata address (169.254.169.254) which cloud it
+# runs on unless $HOME/ray_bootstrap_config.yaml exists, even with usage stats
+# off. Rather than write into the user's home, the head processes are started
+# with HOME pointing at a kevo directory that holds that file; actors get the
+# real HOME back (see ``RayDispatcher``).
+BOOTSTRAP_FILE = "ray_bootstrap_config.yaml"
+BOOTSTRAP_TEXT = "# written by kevo: tells Ray's head it runs on a local cluster\nprovider: {type: local}\n"
+
+
+class RayUnavailable(RuntimeError):
+    """Ray is not installed, or the cluster cannot run the evaluators asked for."""
+
+
+def import_ray() -> Any:
+    """The ``ray`` module; ``RayUnavailable`` with what to do when it is not installed."""
+    try:
+        import ray
+    except ImportError:
+        raise RayUnavailable("Ray is not installed: pip install 'ray>=2.50' "
+                             "(or set cluster.actors: 0 to evaluate in this process)") from None
+    return ray
+
+
+def start_ray(address: str | None = None, num_cpus: int | None = None, num_gpus: int | None = None) -> None:
+    """Connect to Ray: join the cluster at ``address``, or start a loopback-only local instance.
+
+    A local instance binds and connects to 127.0.0.1 only, sends no usage
+    statistics, asks no cloud metadata service, runs no dashboard, and has
+    ``num_cpus`` (default: this machine's cores) and ``num_gpus`` (default:
+    what Ray detects). A cluster at a loopback address is joined on loopback
+    too (the variables of ``LOCAL_ENV`` that are not set already). Does
+    nothing when Ray is already initialised.
+    """
+    if address is None:
+        # Before the import: Ray reads some of these when it is imported.
+        os.environ.update(LOCAL_ENV)
+    elif is_loopback(address):
+        for name, value in LOCAL_ENV.items():
+            os.environ.setdefault(name, value)
+    ray = import_ray()
+    if ray.is_initialized():
+        return
+    if address is not None:
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        try:
+            ray.init(address=address, log_to_driver=False)
+        except ConnectionError as exc:  # e.g. address "auto" with no cluster on this machine
+            raise RayUnavailable(f"cannot join the Ray cluster at cluster.address {address!r}: {exc}") from None
+        return
+    home = os.environ.get("HOME")
+    os.environ["HOME"] = bootstrap_home()
+    try:
+        # address "local": a new instance, even where RAY_ADDRESS or a cluster started on this
+        # machine ('ray start', which leaves its address in Ray's temp folder) would be joined instead
+        ray.init(address="local", num_cpus=num_cpus or os.cpu_count() or 1, num_gpus=num_gpus,
+                 include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
+    finally:
+        if home is None:
+            del os.environ["HOME"]
+        else:
+            os.environ["HOME"] = home
+
+
+def is_loopback(address: str) -> bool:
+    """Whether a cluster ``address`` (``host:port`` or ``ray://host:port``) names this machine's loopback."""
+    host = address.removeprefix("ray://").rpartition(":")[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def bootstrap_home() -> str:
+    """A directory of kevo's holding Ray's local-cluster marker file."""
+    home = Path(tempfile.gettempdir()) / f"kevo-ray-home-{os.getuid()}"
+    home.mkdir(mode=0o700, exist_ok=True)
+    marker = home / BOOTSTRAP_FILE
+    if not marker.is_file():
+        marker.write_text(BOOTSTRAP_TEXT, encoding="utf-8")
+    return str(home)

@@ -1,0 +1,71 @@
+"""``search.max_wall_time_s`` holds: at the limit the candidates in flight are left pending, not
+waited for, and a resume evaluates them (the loop, in process; on Ray actors: test_ray_dispatch)."""
+
+from __future__ import annotations
+
+import time
+
+from evolve.dispatch.base import InProcessDispatcher, SlotUsage
+from population_store import RunStore
+from tests.test_evolve import FakeEvaluator, drive, make_config, rows
+
+EVAL_S = 0.3  # one evaluation of the slow evaluator
+LIMIT_S = 1.5
+
+
+class SlowEvaluator(FakeEvaluator):
+    def evaluate(self, source):
+        time.sleep(EVAL_S)
+        return super().evaluate(source)
+
+
+def test_a_run_ends_within_its_wall_limit_plus_one_evaluation_and_a_resume_evaluates_what_was_left(tmp_path):
+    config = make_config(population_size=8, max_evaluations=400, max_wall_time_s=LIMIT_S)
+    path = tmp_path / "run.sqlite"
+    began = time.monotonic()
+    reason = drive(path, config, SlowEvaluator())
+    wall = time.monotonic() - began
+    assert reason.startswith("max_wall_time_s reached"), reason
+    assert wall <= LIMIT_S + EVAL_S + 0.5, wall  # not the rest of the generation (8 x 0.3 s)
+    stored, state = rows(path)
+    pending = sorted(r[0] for r in stored if r[6] == "pending")
+    assert pending, "the generation in flight at the limit was left pending"
+    assert state["in_flight"] == pending
+    with RunStore.open(path, readonly=True) as store:
+        assert store.events("stopped")[-1]["data"]["not_evaluated"] == pending
+    hashes = {r[0]: r[1] for r in stored}
+
+    fast = FakeEvaluator()
+    reason = drive(path, config, fast)  # `kevo resume`: the limit is spent, what was left is evaluated
+    assert reason.startswith("max_wall_time_s reached"), reason
+    resumed, state = rows(path)
+    assert len(resumed) == len(stored) and not any(r[6] == "pending" for r in resumed)  # nothing new was bred
+    assert sorted(fast.evaluated) == sorted(hashes[i] for i in pending)  # each left one, once
+    assert state["in_flight"] == []
+    with RunStore.open(path, readonly=True) as store:
+        assert store.events("stopped")[-1]["data"]["not_evaluated"] == []
+
+
+def test_a_run_cut_short_while_its_seeds_are_judged_resumes_from_them(tmp_path):
+    config = make_config(population_size=4, max_evaluations=12, max_wall_time_s=1e-6)
+    path = tmp_path / "run.sqlite"
+    assert drive(path, config, FakeEvaluator()).startswith("max_wall_time_s reached")
+    stored, state = rows(path)
+    assert [r[6] for r in stored] == ["pending"] and state["generation"] == -1
+    evaluator = FakeEvaluator()
+    assert drive(path, config, evaluator).startswith("max_wall_time_s reached")
+    stored, state = rows(path)
+    assert [r[6] for r in stored] == ["accepted"] and len(evaluator.evaluated) == 1 and state["generation"] == 0
+
+
+def test_an_in_process_dispatcher_counts_its_busy_time():
+    dispatcher = InProcessDispatcher(SlowEvaluator())
+    dispatcher.submit(1, "x = 1\n")
+    time.sleep(EVAL_S)  # idle
+    assert dict(dispatcher.results())[1] is not None
+    stats = dispatcher.usage.stats()
+    assert 0.3 < stats["busy_share"] < 0.7, stats
+    usage = SlotUsage(capacity=2)
+    usage.hold(2)
+    usage.resize(1)  # an actor lost: never more busy than there are slots
+    assert usage.stats()["busy_share"] <= 1.0
