@@ -98,6 +98,12 @@ class SweepProgress(SweepObserver):
         self.console.print(f"kevo sweep: {outcome.name}: {outcome.status}, {best}"
                            + (f" ({outcome.reason})" if outcome.status != "finished" else ""), highlight=False)
 
+    def evaluators(self, usage: dict) -> None:
+        nodes = usage["results_by_node"]
+        where = f" on {len(nodes)} Ray node(s)" if nodes else ""
+        self.console.print(f"kevo sweep: evaluators busy {100 * usage['busy_share']:.0f}% of the time they were up"
+                           f"{where}; sweep wall {usage['wall_s']:.0f} s", highlight=False)
+
 
 def _done(counts: dict[str, int]) -> int:
     return sum(n for status, n in counts.items() if status != PENDING)

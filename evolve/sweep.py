@@ -61,6 +61,9 @@ class SweepObserver:
     def ended(self, outcome: Outcome) -> None:
         """What one run came to (a run that had ended before this sweep went on, too)."""
 
+    def evaluators(self, usage: dict) -> None:
+        """How busy the evaluators were over the sweep (``SharedPool.usage``), once every run ended."""
+
 
 def run_sweep(entries: list[Entry], sweep_dir: Path, *, observer: SweepObserver | None = None) -> list[Outcome]:
     """Run every entry not ended yet; return (and store) every entry's outcome.
@@ -88,7 +91,12 @@ def run_sweep(entries: list[Entry], sweep_dir: Path, *, observer: SweepObserver 
             outcome = ended[entry.name] or _run(entry, sweep_dir / entry.name, pool, observer)
             outcomes.append(outcome)
             observer.ended(outcome)
-    (sweep_dir / SUMMARY_FILE).write_text(json.dumps(sweep_summary(outcomes), indent=1), encoding="utf-8")
+        usage = pool.usage()
+    summary = sweep_summary(outcomes)
+    if usage is not None:
+        summary["evaluators"] = usage
+        observer.evaluators(usage)
+    (sweep_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=1), encoding="utf-8")
     return outcomes
 
 

@@ -13,10 +13,14 @@ and away from any metadata service. Ray is imported only when this is called.
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 # Environment of Ray processes that must reach nothing but loopback.
 # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 makes every Ray process take 127.0.0.1 as
@@ -72,6 +76,7 @@ def start_ray(address: str | None = None, num_cpus: int | None = None, num_gpus:
     ray = import_ray()
     if ray.is_initialized():
         return
+    _cluster_errors_to_stderr()
     if address is not None:
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         try:
@@ -91,6 +96,29 @@ def start_ray(address: str | None = None, num_cpus: int | None = None, num_gpus:
             del os.environ["HOME"]
         else:
             os.environ["HOME"] = home
+
+
+def _cluster_errors_to_stderr() -> None:
+    """Ray's driver prints what the cluster reports (a node marked dead, a worker killed) on
+    stdout, where ``kevo sweep --json`` writes its one JSON object: send it to stderr.
+
+    Ray has no setting for it: its error listener calls ``print_to_stdstream``
+    of ``ray._private.worker``, which this wraps. Another Ray without that
+    function keeps printing where it does.
+    """
+    worker = sys.modules.get("ray._private.worker")
+    original = getattr(worker, "print_to_stdstream", None)
+    if original is None:
+        log.debug("ray._private.worker.print_to_stdstream not found: Ray's cluster errors go to stdout")
+        return
+    if getattr(original, "kevo_to_stderr", False):
+        return
+
+    def to_stderr(data: dict, ignore_prefix: bool) -> None:
+        original({**data, "is_err": True}, ignore_prefix)
+
+    to_stderr.kevo_to_stderr = True  # type: ignore[attr-defined]
+    worker.print_to_stdstream = to_stderr
 
 
 def is_loopback(address: str) -> bool:

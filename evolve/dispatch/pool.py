@@ -15,8 +15,10 @@ that joins a cluster checks its address the same way first.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import socket
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any
@@ -144,12 +146,18 @@ class SharedPool:
 
     def __init__(self) -> None:
         self.dispatcher: RayDispatcher | None = None
+        self._started = time.monotonic()
+        self._busy_s = self._slot_s = 0.0
+        self._nodes: collections.Counter[str] = collections.Counter()
 
     @contextlib.contextmanager
     def __call__(self, config: Config) -> Iterator[tuple[Dispatcher, dict[str, Any]]]:
         if not uses_ray(config):
             with make_dispatcher(config) as made:
-                yield made
+                try:
+                    yield made
+                finally:
+                    self._count(made[0])
             return
         with _profiler_paths_are_config():
             if self.dispatcher is None:
@@ -162,11 +170,34 @@ class SharedPool:
             for _ in self.dispatcher.results():  # a run that raised may leave work in flight:
                 pass  # its keys would mean other individuals in the next run's store
 
+    def usage(self) -> dict[str, Any] | None:
+        """How busy the evaluators were (``SlotUsage``) over every run so far, from the moment each
+        pool of evaluators was ready, with the wall since the pool was made and the results returned
+        per Ray node; None before any run evaluated."""
+        busy_s, slot_s = self._busy_s, self._slot_s
+        nodes = collections.Counter(self._nodes)
+        if self.dispatcher is not None:
+            stats = self.dispatcher.usage.stats()
+            busy_s, slot_s = busy_s + stats["busy_s"], slot_s + stats["slot_s"]
+            nodes.update(self.dispatcher.served_on)
+        if slot_s <= 0:
+            return None
+        return {"busy_share": busy_s / slot_s, "busy_s": busy_s, "slot_s": slot_s,
+                "wall_s": time.monotonic() - self._started, "results_by_node": dict(nodes)}
+
     def close(self) -> None:
         """Stop the actors, if any were started."""
         if self.dispatcher is not None:
             self.dispatcher.close()
+            self._count(self.dispatcher)
             self.dispatcher = None
+
+    def _count(self, dispatcher: Dispatcher) -> None:
+        usage = getattr(dispatcher, "usage", None)  # a test's stand-in dispatcher may not count
+        if usage is not None:
+            stats = usage.stats()
+            self._busy_s, self._slot_s = self._busy_s + stats["busy_s"], self._slot_s + stats["slot_s"]
+        self._nodes.update(getattr(dispatcher, "served_on", {}))
 
     def __enter__(self) -> "SharedPool":
         return self

@@ -62,6 +62,7 @@ class _Job:
     actor: Any = None
     solo: bool = False  # evaluated with its actor to itself (a retry after the actor died)
     held: int = 1  # slots of ``actor`` it holds
+    node: str | None = None  # where ``actor`` lives
     dropped: bool = False  # cancelled while it ran: its result is not returned
 
 
@@ -105,6 +106,7 @@ class RayDispatcher(Dispatcher):
         self._waiting_for_nodes = False
         self.pids: dict[Any, int] = {}  # actor handle -> its process id, once known
         self.served_by: dict[Any, int] = {}  # key -> pid of the actor whose result was returned
+        self.served_on: collections.Counter[str] = collections.Counter()  # node id -> results returned
         self.usage = SlotUsage()
         self._add(self._fleet.fill())
         try:
@@ -291,7 +293,7 @@ class RayDispatcher(Dispatcher):
             else:
                 return
             self._queue.popleft()
-            job.actor = actor
+            job.actor, job.node = actor, self._fleet.node_of.get(actor)
             self._running[actor.evaluate.remote(job.spec, job.source)] = job
             self.usage.hold(job.held)
 
@@ -329,6 +331,7 @@ class RayDispatcher(Dispatcher):
         if job.dropped:
             return
         self.served_by[job.key] = pid
+        self.served_on[job.node or "?"] += 1
         self._deaths.pop(job.key, None)
         self._verdicts.append((job.key, result))
 
