@@ -216,6 +216,72 @@ def cmd_seed(args: argparse.Namespace) -> int:
     return 0
 
 
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a share between 0 and 1, got {text!r}") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"a share of the model's time is above 0 and at most 1, got {text}")
+    return value
+
+
+def cmd_extract(args: argparse.Namespace) -> int:
+    from evolve.capture.extract import extract
+    from evolve.capture.manifest import MANIFEST_FILE, SWEEP_FILE
+
+    _read(args.model, "model file")
+    manifest = extract(args.model, args.output, dict(args.shape or []), args.device, args.cover,
+                       compiled=not args.no_compile)
+    if args.json:
+        print(json.dumps(manifest.to_dict()))
+        return 0
+    print(f"model      {manifest.model} ({manifest.total_ms:.4g} ms of {manifest.device} time per forward)")
+    for r in manifest.regions:
+        compiled = f"{r.compiled_ms:.4g}" if r.compiled_ms is not None else "-"
+        print(f"  {r.share:6.1%}  x{r.count:<3d} {r.problem:48s} eager {r.eager_ms:.4g} ms, compiled {compiled} ms")
+    for s in manifest.skipped:
+        print(f"  {s['share']:6.1%}  not written: {s['region']}: {s['reason']}")
+    print(f"covered    {manifest.covered:.1%} of the model's time (asked {manifest.cover:.0%}; all regions "
+          f"{manifest.in_regions:.1%})")
+    print(f"wrote      {Path(args.output) / MANIFEST_FILE}, {Path(args.output) / SWEEP_FILE}")
+    return 0
+
+
+def cmd_apply(args: argparse.Namespace) -> int:
+    from evolve.capture.apply import apply
+
+    _read(args.model, "model file")
+    report = apply(args.model, args.sweep_dir, args.device, args.max_abs_diff, checks=args.checks)
+    if args.json:
+        print(json.dumps(report.to_dict()))
+    else:
+        _print_applied(report)
+    return EXIT_ACCEPTED if report.status == "accepted" else EXIT_REJECTED
+
+
+def _print_applied(r) -> None:
+    print(f"status     {r.status}")
+    if r.reason:
+        print(f"reason     {r.reason}")
+    for g in r.regions:
+        diff = f", max_abs_diff {g.max_abs_diff:.3g} (cutoff {g.cutoff:.3g})" if g.max_abs_diff is not None else ""
+        what = f"kernel {g.kernel}, {g.speedup:.3g}x alone{diff}" if g.applied else g.note
+        print(f"  {g.share:6.1%}  x{g.applied}/{g.count} {g.problem}: {what}")
+    if r.cutoff is not None:
+        print(f"model      max_abs_diff {r.max_abs_diff:.3g} (cutoff {r.cutoff:.3g}: {r.cutoff_rule}), "
+              f"{r.checks} fresh input sets")
+    if r.patched_ms:
+        print(f"eager      {r.eager_ms:.4g} ms")
+        print(f"compiled   {r.compiled_ms:.4g} ms" if r.compiled_ms else "compiled   -")
+        print(f"patched    {r.patched_ms:.4g} ms: {r.speedup:.3f}x over eager"
+              + (f", {r.speedup_compiled:.3f}x over torch.compile" if r.speedup_compiled else ""))
+    if r.covered:
+        bound = f"{r.bound:.3g}x" if r.bound else "unbounded"
+        expected = f"; {r.expected:.3g}x with the kernels' own speedups" if r.expected else ""
+        print(f"bound      {bound} (Amdahl: the patched regions are {r.covered:.1%} of the model){expected}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kevo", description="Evolve faster Triton kernels you can trust.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
@@ -273,6 +339,31 @@ def build_parser() -> argparse.ArgumentParser:
     seed.add_argument("-o", "--output", metavar="SEED.py", default=None,
                       help="write the candidate file here (default: stdout)")
     seed.set_defaults(func=cmd_seed)
+
+    extract = sub.add_parser("extract", help="a whole model's hot regions as problem files, a sweep and a manifest")
+    extract.add_argument("model", metavar="MODEL.py")
+    extract.add_argument("-o", "--output", metavar="DIR", required=True,
+                         help="where the problem files, sweep.yaml and manifest.json go")
+    extract.add_argument("--shape", type=_parse_shape, action="append", metavar="NAME=VALUE",
+                         help="override a module-level integer of the model file (repeatable)")
+    extract.add_argument("--device", choices=PLATFORM_NAMES, default="auto")
+    extract.add_argument("--cover", type=_share, default=0.8,
+                         help="write the hottest regions until they cover this share of the model's time (default 0.8)")
+    extract.add_argument("--no-compile", action="store_true",
+                         help="do not time the regions and the model under torch.compile")
+    extract.add_argument("--json", action="store_true", help="print the manifest as one JSON object on stdout")
+    extract.set_defaults(func=cmd_extract)
+
+    apply = sub.add_parser("apply", help="a sweep's best kernels back in the model: checked and timed end to end")
+    apply.add_argument("model", metavar="MODEL.py")
+    apply.add_argument("sweep_dir", metavar="SWEEP_DIR", help="the sweep's run directory (kevo sweep --run-dir)")
+    apply.add_argument("--device", choices=PLATFORM_NAMES, default="auto")
+    apply.add_argument("--max-abs-diff", type=_positive_float, default=None,
+                       help="cutoff on the model's max |out - ref| (default: its MAX_ABS_DIFF, else derived "
+                            "from its outputs as verify derives one)")
+    apply.add_argument("--checks", type=int, default=3, help="fresh input sets the model is checked on (default 3)")
+    apply.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    apply.set_defaults(func=cmd_apply)
     return parser
 
 

@@ -7,11 +7,13 @@ where it is found: a config (``ConfigError``), a problem file or its
 reference (``ProblemError``, ``CutoffError``), a platform this machine lacks
 (``PlatformUnavailable``), Ray or its cluster (``RayUnavailable``), a run
 directory or an LLM that cannot be used (``RunError``), a search that cannot
-start (``SearchError``), and the command line's own (``UsageError``).
+start (``SearchError``), a model ``kevo extract`` or ``kevo apply`` cannot take
+(``CaptureError``), and the command line's own (``UsageError``).
 """
 
 from __future__ import annotations
 
+from evolve.capture.manifest import CaptureError
 from evolve.config import ConfigError
 from evolve.dispatch.ray import RayUnavailable
 from evolve.search.loop import SearchError
@@ -33,4 +35,5 @@ USER_ERRORS: tuple[type[Exception], ...] = (
     RayUnavailable,
     RunError,
     SearchError,
+    CaptureError,
 )

@@ -1,0 +1,337 @@
+"""``kevo apply``: a sweep's best kernels back in the whole model, checked and timed end to end.
+
+The sweep's runs (``kevo sweep`` over the ``sweep.yaml`` that ``kevo extract``
+wrote) each hold the best kernel found for one region. The model is captured
+again as extract captured it (``evolve.capture.model``, at the manifest's
+shapes), and every region whose spec key is in the manifest and has a kernel
+runs that kernel's ``ModelNew`` instead, holding the model's own parameters
+(``evolve.capture.regions.bind_state``). Then:
+
+- the check: on fresh inputs, the patched model against the original, under a
+  model-level cutoff, and every patched region against its own code on the
+  activations it meets in the model, under the region's cutoff. One wrong
+  region refuses the whole model, and the refusal names it;
+- the times, as kevo times a kernel (``platforms.time_runs``): eager,
+  torch.compile and the patched model; beside them, the bound the manifest's
+  shares allow (Amdahl: ``1 / (1 - covered)``, and with the kernels' own
+  speedups, ``1 / ((1 - covered) + sum(share / speedup))``).
+
+The kernels run in this process: they are the ones kevo's judge accepted, read
+from the sweep's stores.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import os
+import secrets
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from evolve.capture.manifest import CaptureError, Manifest, RegionEntry, read_manifest
+from evolve.capture.model import Captured, Key, capture, time_forward
+from evolve.capture.regions import NotWritable, bind_state, describe, region_spec
+from evolve.session import STORE_FILE
+from evolve.sweep import stored_entries
+from fitness.compare import compare
+from fitness.prepared import derived_cutoff, output_scale
+from fitness.problem import build_model, declared_cutoff, load_problem, make_inputs
+from platforms import Platform, get_platform
+from population_store import RunStore
+
+
+@dataclasses.dataclass
+class Kernel:
+    """The best accepted kernel of one region's run."""
+
+    problem: str  # the region's problem file name
+    source: str
+    run: str  # the run's directory, under the sweep's
+    kernel_id: int
+    speedup: float | None  # over the region's reference, as the judge timed it
+    cutoff: float | None  # the run's max_abs_diff, when its config set one
+
+
+@dataclasses.dataclass
+class RegionOutcome:
+    problem: str
+    share: float
+    count: int
+    applied: int  # instances that ran the kernel
+    kernel: str | None  # run/kernel id, or None
+    speedup: float | None
+    max_abs_diff: float | None  # worst over the checks, on the model's own activations
+    cutoff: float | None
+    note: str = ""
+
+
+@dataclasses.dataclass
+class ApplyReport:
+    """What ``kevo apply`` found: accepted or refused, and the times."""
+
+    model: str
+    status: str  # accepted | refused
+    reason: str
+    regions: list[RegionOutcome]
+    max_abs_diff: float | None
+    cutoff: float | None
+    cutoff_rule: str
+    checks: int
+    covered: float  # the manifest's share of the regions that run a kernel
+    bound: float | None  # 1 / (1 - covered): every patched region free
+    expected: float | None  # Amdahl with each kernel's own speedup
+    eager_ms: float | None = None
+    compiled_ms: float | None = None
+    patched_ms: float | None = None
+    device: str = ""
+
+    @property
+    def speedup(self) -> float | None:
+        return self.eager_ms / self.patched_ms if self.eager_ms and self.patched_ms else None
+
+    @property
+    def speedup_compiled(self) -> float | None:
+        return self.compiled_ms / self.patched_ms if self.compiled_ms and self.patched_ms else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "speedup": self.speedup, "speedup_compiled": self.speedup_compiled}
+
+
+def sweep_kernels(sweep_dir: str | Path) -> tuple[Path, dict[str, Kernel]]:
+    """The directory ``kevo extract`` wrote the sweep's problems into, and per problem file the
+    best accepted kernel of its run (problems without one left out)."""
+    sweep_dir = Path(sweep_dir)
+    entries = stored_entries(sweep_dir)
+    if entries is None:
+        raise CaptureError(f"{sweep_dir} is not a sweep's directory (no sweep.json): run "
+                           f"'kevo sweep DIR/sweep.yaml --run-dir {sweep_dir}' first")
+    folders = {Path(e.config["problem"]["reference"]).parent for e in entries}
+    if len(folders) != 1:
+        raise CaptureError(f"{sweep_dir}: its problems lie in {len(folders)} folders; kevo apply takes the sweep "
+                           "that kevo extract wrote (one folder, with manifest.json)")
+    kernels: dict[str, Kernel] = {}
+    for entry in entries:
+        store_path = sweep_dir / entry.name / STORE_FILE
+        if not store_path.is_file():
+            continue
+        with RunStore.open(store_path, readonly=True) as store:
+            best = store.best(1)
+        if not best:
+            continue
+        name = Path(entry.config["problem"]["reference"]).name
+        result = best[0].result or {}
+        cutoff = (entry.config.get("fitness") or {}).get("max_abs_diff")
+        found = Kernel(name, best[0].source, entry.name, best[0].id, result.get("speedup"), cutoff)
+        if name not in kernels or best[0].runtime_ms < _runtime(kernels[name], sweep_dir):
+            kernels[name] = found
+    return folders.pop(), kernels
+
+
+def _runtime(kernel: Kernel, sweep_dir: Path) -> float:
+    with RunStore.open(sweep_dir / kernel.run / STORE_FILE, readonly=True) as store:
+        return store.get(kernel.kernel_id).runtime_ms or math.inf
+
+
+class _Refused(Exception):
+    """A region's kernel cannot stand in the model; the message names the region."""
+
+
+@contextlib.contextmanager
+def _kernel_env(platform: Platform) -> Iterator[None]:
+    """What a kernel needs in this process: the platform's worker environment (Triton's
+    interpreter on the CPU) while kernels are loaded and run, and its setup."""
+    saved = {name: os.environ.get(name) for name in platform.worker_env}
+    os.environ.update(platform.worker_env)
+    try:
+        platform.worker_setup()
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _load_kernel(kernel: Kernel, folder: Path) -> type:
+    from fitness.profile_target import load_candidate
+
+    path = folder / f"{Path(kernel.problem).stem}__{kernel.run}__{kernel.kernel_id}.py"
+    path.write_text(kernel.source, encoding="utf-8")
+    try:
+        return load_candidate(path)
+    except Exception as exc:  # accepted by the judge, yet it does not load here
+        raise _Refused(f"region {kernel.problem}: its kernel ({kernel.run}, #{kernel.kernel_id}) does not load: "
+                       f"{type(exc).__name__}: {str(exc)[:200]}") from None
+
+
+class _Patch:
+    """The observer that runs each region's kernel in place of its code (and, while ``checking``,
+    compares the two on the region's arguments)."""
+
+    def __init__(self, captured: Captured, manifest: Manifest, folder: Path, classes: dict[str, type],
+                 kernels: dict[str, Kernel], platform: Platform) -> None:
+        self.captured, self.folder, self.classes, self.kernels = captured, folder, classes, kernels
+        self.platform = platform
+        self.by_key = {r.key: r for r in manifest.regions}
+        self.made: dict[Key, tuple[Any, RegionEntry, list[str]] | None] = {}
+        self.checking = False
+        self.worst: dict[str, tuple[float, float]] = {}  # problem -> (max_abs_diff, cutoff)
+        self.failures: list[str] = []
+
+    def __call__(self, key: Key, inner: Any, args: tuple) -> Any:
+        made = self.made[key] if key in self.made else self._make(key, args)
+        if made is None:
+            return inner(*args)
+        module, entry, roles = made
+        out = module(*[a for a, r in zip(args, roles) if r == "input"])
+        out = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+        if self.checking:
+            self._check(entry, inner(*[a.clone() if hasattr(a, "clone") else a for a in args]), out)
+        return out
+
+    def _make(self, key: Key, args: tuple) -> tuple[Any, RegionEntry, list[str]] | None:
+        call = self.captured.region(key)
+        where = self.captured.graphs[key[0]].state_of(call)
+        self.made[key] = None
+        try:
+            spec = region_spec(call, where, [describe(a) for a in args])
+        except NotWritable:
+            return None
+        entry = self.by_key.get(spec.key)
+        if entry is None or entry.problem not in self.classes:
+            return None
+        problem = load_problem(self.folder / entry.problem)
+        module = build_model(self.classes[entry.problem], problem, 0, self.platform.device())
+        try:
+            bind_state(module, list(args), spec.roles, f"region {entry.problem}")
+        except NotWritable as exc:
+            raise _Refused(str(exc)) from None
+        self.made[key] = (module, entry, spec.roles)
+        return self.made[key]
+
+    def _check(self, entry: RegionEntry, refs: tuple, outs: tuple) -> None:
+        refs = tuple(r.detach() for r in refs)
+        kernel = self.kernels[entry.problem]
+        cutoff = kernel.cutoff or derived_cutoff(list(refs), output_scale(list(refs)))[0]
+        verdict = compare(list(outs), list(refs), cutoff)
+        worst = self.worst.get(entry.problem, (0.0, cutoff))
+        diff = verdict.max_abs_diff if math.isfinite(verdict.max_abs_diff) else math.inf
+        self.worst[entry.problem] = (max(worst[0], diff), cutoff)
+        if verdict.status != "accepted":
+            self.failures.append(f"region {entry.problem} ({' -> '.join(entry.ops)}): {verdict.reason}, on the "
+                                 "activations it meets in the model")
+
+    def applied(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for made in self.made.values():
+            if made is not None:
+                counts[made[1].problem] = counts.get(made[1].problem, 0) + 1
+        return counts
+
+
+def apply(model_path: str | Path, sweep_dir: str | Path, device: str = "auto", max_abs_diff: float | None = None,
+          checks: int = 3, time_it: bool = True) -> ApplyReport:
+    """Put the sweep's best kernels into the model at ``model_path``, check it on ``checks`` fresh
+    input sets and (if accepted and ``time_it``) time it; see the module doc.
+
+    ``CaptureError`` when the sweep is not this model's or holds no kernel yet.
+    """
+    model_path = Path(model_path).resolve()
+    folder, kernels = sweep_kernels(sweep_dir)
+    manifest = read_manifest(folder)
+    if Path(manifest.model).name != model_path.name:
+        raise CaptureError(f"{sweep_dir}: its regions come from {Path(manifest.model).name}, not {model_path.name}")
+    if not kernels:
+        raise CaptureError(f"{sweep_dir}: no region has an accepted kernel yet (see 'kevo report {sweep_dir}')")
+    problem = load_problem(model_path, manifest.shapes)
+    platform = get_platform(device)
+    with _kernel_env(platform), tempfile.TemporaryDirectory(prefix="kevo-apply-") as tmp:
+        try:
+            classes = {name: _load_kernel(kernel, Path(tmp)) for name, kernel in kernels.items()}
+            patched = capture(problem, platform)
+            patch = _Patch(patched, manifest, folder, classes, kernels, platform)
+            report = _check(model_path, problem, patched, patch, manifest, kernels, platform, max_abs_diff, checks)
+        except _Refused as exc:
+            return ApplyReport(str(model_path), "refused", str(exc), [], None, None, "", 0, 0.0, None, None,
+                               device=platform.name)
+        if report.status == "accepted" and time_it:
+            _time(report, problem, patched, patch, platform)
+    return report
+
+
+def _check(model_path: Path, problem: Any, patched: Captured, patch: _Patch, manifest: Manifest,
+           kernels: dict[str, Kernel], platform: Platform, max_abs_diff: float | None, checks: int) -> ApplyReport:
+    """The patched model against the original on ``checks`` fresh input sets (see the module doc)."""
+    import torch
+
+    original = build_model(problem.Model, problem, 0, platform.device())
+    cutoff, rule = (max_abs_diff, "given") if max_abs_diff is not None else (declared_cutoff(model_path), "")
+    rule = rule or ("the model's MAX_ABS_DIFF" if cutoff is not None else "")
+    worst, model_fault = 0.0, ""
+    with patched.observed(patch):
+        for _ in range(checks):
+            inputs = make_inputs(problem, secrets.randbelow(1 << 30) + 1, platform.device())
+            with torch.no_grad():
+                refs = original(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
+            refs = [r.detach() for r in (refs if isinstance(refs, (tuple, list)) else [refs])]
+            if cutoff is None:
+                cutoff, rule = derived_cutoff(refs, output_scale(refs))
+            patch.checking = True
+            try:
+                outs = patched(*inputs)
+            finally:
+                patch.checking = False
+            verdict = compare(list(outs) if isinstance(outs, (tuple, list)) else [outs], refs, cutoff)
+            worst = max(worst, verdict.max_abs_diff)
+            if verdict.status != "accepted" and not model_fault:
+                model_fault = f"the model's {verdict.reason}"
+    applied = patch.applied()
+    regions = []
+    for entry in manifest.regions:
+        kernel = kernels.get(entry.problem)
+        diff, region_cutoff = patch.worst.get(entry.problem, (None, None))
+        note = ("no accepted kernel in the sweep" if kernel is None else
+                "" if applied.get(entry.problem) else "no region of the model matches it at these shapes")
+        regions.append(RegionOutcome(entry.problem, entry.share, entry.count, applied.get(entry.problem, 0),
+                                     f"{kernel.run}#{kernel.kernel_id}" if kernel else None,
+                                     kernel.speedup if kernel else None, diff, region_cutoff, note))
+    status, reason = "accepted", ""
+    if patch.failures:
+        status, reason = "refused", patch.failures[0]
+    elif model_fault:
+        blame = max(patch.worst.items(), key=lambda kv: kv[1][0] / kv[1][1], default=None)
+        status, reason = "refused", model_fault + (
+            f"; every region stays within its own cutoff, {blame[0]} the closest to it "
+            f"({blame[1][0]:.3g} of {blame[1][1]:.3g})" if blame else "")
+    covered = sum(r.share for r in regions if r.applied)
+    speedups = [(r.share, r.speedup) for r in regions if r.applied]
+    expected = None
+    if covered and all(s for _, s in speedups):
+        expected = 1.0 / max((1.0 - covered) + sum(share / s for share, s in speedups), 1e-12)
+    bound = 1.0 / (1.0 - covered) if covered < 1.0 else None
+    if not applied and status == "accepted":
+        status, reason = "refused", "no region of the model matches a kernel of the sweep (extracted at other shapes?)"
+    return ApplyReport(str(model_path), status, reason, regions, worst, cutoff, rule, checks, covered, bound,
+                       expected, device=platform.name)
+
+
+def _time(report: ApplyReport, problem: Any, patched: Captured, patch: _Patch, platform: Platform) -> None:
+    """Eager, torch.compile and the patched model, timed as kevo times a kernel."""
+    import torch
+
+    eager = build_model(problem.Model, problem, 0, platform.device())
+    report.eager_ms = time_forward(platform, eager, problem)
+    with patched.observed(patch):
+        report.patched_ms = time_forward(platform, patched, problem)
+    compiled = torch.compile(build_model(problem.Model, problem, 0, platform.device()))
+    try:
+        with torch.no_grad():
+            compiled(*make_inputs(problem, 0, platform.device()))
+        report.compiled_ms = time_forward(platform, compiled, problem)
+    except Exception as exc:  # Inductor on this machine: no figure, and the report says why
+        report.reason = f"torch.compile failed here ({type(exc).__name__}): no compiled time"
