@@ -12,6 +12,12 @@ are timed). "best vs compile" and the summary compare like with like: kevo's
 protocol where the recording has it (captures before it was added have only
 do_bench); "vs do_bench" is always against do_bench.
 
+SOL (speed of light, ``fitness.sol``): each time against the problem's floor on
+that GPU (the best verdict's ``floor_ms``: compulsory bytes over the measured
+bandwidth, FLOPs over the measured matmul rate), 1 at the floor; "left ms" is
+what the best leaves on the table (best minus floor). A best that read below
+the floor is flagged ("below floor!"), never a plain SOL.
+
     kevo sweep bench/kernelbench_compile_sweep.yaml --run-dir runs/kb-compile     # on a GPU machine
     python bench/compile_sweep_table.py runs/kb-compile [--json table.json]
 """
@@ -29,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from evolve.session import COMPILED_SEED_FILE, RECORDING_FILE  # noqa: E402
 from evolve.sweep import FAILED_FILE, SKIPPED_FILE  # noqa: E402
+from fitness.floor import sol  # noqa: E402
 from population_store import RunStore  # noqa: E402
 
 
@@ -70,6 +77,14 @@ def run_row(run_dir: Path) -> dict:
         row["best_vs_do_bench"] = row["compiled_ms"] / row["best_ms"]
     if row.get("seed_ms") and compiled:
         row["seed_vs_compile"] = compiled / row["seed_ms"]
+    floor = (best[0].result or {}).get("floor_ms") if best else None
+    if floor:  # every time against the same floor
+        result = best[0].result
+        row.update(floor_ms=floor, bound=result.get("bound"), below_floor=bool(result.get("below_floor")),
+                   left_ms=max(0.0, row["best_ms"] - floor))
+        for name, key in (("best", "best_ms"), ("seed", "seed_ms"), ("eager", "eager_ms"), ("compile", None)):
+            value = compiled if key is None else row.get(key)
+            row[f"sol_{name}"] = sol(floor, value) if value else None
     return row
 
 
@@ -94,16 +109,23 @@ def main() -> int:
     def ratio(value: float | None) -> str:
         return f"{value:.2f}x" if value else "-"
 
+    def share(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2g}"
+
     print("| run | seed ms | best ms | eager ms | torch.compile ms (kevo's protocol) | torch.compile ms (do_bench) "
-          "| best vs compile | vs do_bench | seed |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "| best vs compile | vs do_bench | floor ms | SOL best | SOL seed | SOL eager | SOL compile | left ms "
+          "| seed |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         seed = r.get("seed_status") or r["status"]
         if r.get("seed_reason") or r.get("reason"):
             seed += f": {(r.get('seed_reason') or r.get('reason'))[:90]}"
+        best_sol = "below floor!" if r.get("below_floor") else share(r.get("sol_best"))
         print(f"| {r['run']} | {ms(r.get('seed_ms'))} | {ms(r.get('best_ms'))} | {ms(r.get('eager_ms'))} | "
               f"{ms(r.get('compiled_protocol_ms'))} | {ms(r.get('compiled_ms'))} | {ratio(r.get('best_vs_compile'))} | "
-              f"{ratio(r.get('best_vs_do_bench'))} | {seed} |")
+              f"{ratio(r.get('best_vs_do_bench'))} | {ms(r.get('floor_ms'))} | {best_sol} | "
+              f"{share(r.get('sol_seed'))} | {share(r.get('sol_eager'))} | {share(r.get('sol_compile'))} | "
+              f"{ms(r.get('left_ms'))} | {seed} |")
     ratios = [r["best_vs_compile"] for r in rows if r.get("best_vs_compile")]
     if ratios:
         like = sum(1 for r in rows if r.get("best_vs_compile") and r.get("compiled_protocol_ms"))
@@ -118,6 +140,13 @@ def main() -> int:
         faster, share, geomean = _summary(against)
         print(f"against torch.compile's do_bench time: best faster on {faster} of {len(against)} "
               f"({share}); geometric mean {geomean}")
+    sols = [r["sol_best"] for r in rows if r.get("sol_best") and not r.get("below_floor")]
+    flagged = [r["run"] for r in rows if r.get("below_floor")]
+    if sols or flagged:
+        near = sum(1 for x in sols if x >= 0.8)
+        print(f"speed of light: the best reaches SOL 0.8 or more on {near} of {len(sols)} problems"
+              + (f" (median SOL {sorted(sols)[len(sols) // 2]:.2f})" if sols else "")
+              + (f"; flagged below the floor: {', '.join(flagged)}" if flagged else ""))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     return 0

@@ -86,6 +86,10 @@ def _print_verdict(r: dict) -> None:
         print(f"runtime       {r['runtime_ms']:.4g} ms (spread {100 * r['runtime_spread']:.1f}%)")
         print(f"reference     {r['reference_ms']:.4g} ms")
         print(f"speedup       {r['speedup']:.3f}x")
+    if r.get("floor_ms") is not None:  # fitness.sol: the speed of light
+        flag = f"; FLAGGED: {r['below_floor_reason']}" if r["below_floor"] else ""
+        print(f"sol           {r['sol']:.2f} (floor {r['floor_ms']:.4g} ms, {r['bound']} bound, {r['floor']['source']} "
+              f"peaks; eager {min(1.0, r['floor_ms'] / r['reference_ms']):.2f}){flag}")
     print(f"platform      {r['platform']} ({r['device_name']})")
 
 

@@ -85,6 +85,8 @@ class SearchConfig:
     max_wall_time_s: float | None = None  # summed over resumes; at it, what is in flight is left pending
     target_speedup: float | None = None  # stop once the best kernel is this much faster than the reference
     patience: int | None = None  # stop after this many generations without a faster kernel
+    stop_at_sol: float | None = None  # stop once the best reaches this share of the speed of light (0 < x <= 1)
+    confirm_rounds: int | None = None  # time the top kernels again at the end, interleaved; None: 3 on a GPU, 0 else
     seed: int = 0
     tournament_size: int = 3
     elite: int = 1  # the best of each island always survive
@@ -320,6 +322,8 @@ def _check_values(config: Config, origin: str) -> None:
     for key in ("max_wall_time_s", "target_speedup"):
         value = getattr(search, key)
         require(value is None or value > 0, f"search.{key}", "must be positive (or left out)")
+    require(search.stop_at_sol is None or 0 < search.stop_at_sol <= 1, "search.stop_at_sol", "must be in (0, 1]")
+    require(search.confirm_rounds is None or search.confirm_rounds >= 0, "search.confirm_rounds", "must be >= 0")
     require(config.fitness.max_abs_diff is None or config.fitness.max_abs_diff > 0,
             "fitness.max_abs_diff", "must be positive")
     require(config.cluster.actors is None or config.cluster.actors >= 0, "cluster.actors",

@@ -1,8 +1,16 @@
 """What a run found: the numbers (``build_report``), a plot, and the text ``kevo report`` prints;
 and what a sweep's runs came to, in the field's terms (``sweep_summary``).
 
-The report reads the store only, so it works on a finished run, a killed one,
-and one that another process is still writing.
+The report reads the store only (and, for a run seeded from torch.compile,
+the compiled time Inductor's recording holds), so it works on a finished run,
+a killed one, and one that another process is still writing.
+
+Beside the speedups it gives the speed of light (``fitness.sol``): the best's
+SOL, eager PyTorch's and torch.compile's against the same floor, and what is
+left on the table (best minus floor); kernels that read below the floor are
+flagged, never a plain speedup. It says whether the best can be told apart
+from the next ones: from the end-of-run rounds that timed them again side by
+side (``evolve.search.confirm``), else from their spreads alone.
 """
 
 from __future__ import annotations
@@ -15,9 +23,12 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from evolve.search.loop import STATE_KEY
+from evolve.budget import saved, share_saved
+from evolve.report_sol import compiled_ms, sol_figures, sol_lines, standing
+from evolve.search.loop import AT_SOL, STATE_KEY
 from evolve.search.steering import FALLBACK_EVENT, selector_table
 from evolve.search.variation import FAILED_EVENT
+from evolve.session import STORE_FILE
 from population_store import ACCEPTED, PENDING, Individual, RunStore
 
 PLOT_FILE = "progress.png"
@@ -32,12 +43,18 @@ def build_report(store: RunStore, run_dir: Path) -> dict[str, Any]:
     ``llm_usage`` holds the paid LLM requests, tokens and cost (in all and
     ``by_model``); ``operators_by_class`` says, per parent bottleneck class and
     operator (or LLM focus), how many children were made and how many improved
-    on their parent.
+    on their parent. ``speed_of_light``: the best's SOL beside eager's and
+    torch.compile's (``sol_figures``); ``below_floor``: the kernels flagged for
+    reading below the floor; ``confirmed``: what timing the top kernels again
+    found (``evolve.search.confirm``), else ``unconfirmed`` says why not;
+    ``within_noise``: the next kernels the best is not faster than beyond their
+    spreads; ``confinement``: what the OS held the workers to.
     """
     config = store.config()
     counts = store.status_counts()
     top = store.best(TOP)
     stopped = store.events("stopped")
+    best = _record(top[0]) if top else None
     return {
         "run_dir": str(run_dir),
         "problem": config["problem"]["reference"],
@@ -46,8 +63,11 @@ def build_report(store: RunStore, run_dir: Path) -> dict[str, Any]:
         "pending": counts.get(PENDING, 0),
         "status_counts": counts,
         "stopped": stopped[-1]["data"]["reason"] if stopped else None,
-        "best": _record(top[0]) if top else None,
+        "best": best,
         "top": [_summary(ind) for ind in top],
+        "speed_of_light": sol_figures(best, compiled_ms(run_dir)),
+        **standing(store, top),
+        "confinement": stopped[-1]["data"].get("confinement", []) if stopped else [],
         "lineage": _lineage(store, top[0]) if top else [],
         "llm_usage": store.llm_usage().to_dict(),
         "llm_failed_proposals": len(store.events(FAILED_EVENT)),
@@ -108,6 +128,8 @@ def print_report(report: dict[str, Any], console: Console) -> None:
     if report.get("llm_usage", {}).get("requests") or report.get("llm_failed_proposals"):
         console.print(f"llm        {format_usage(report['llm_usage'])}; "
                       f"{report['llm_failed_proposals']} proposals gave no new kernel", highlight=False)
+    for line in sol_lines(report):
+        console.print(line, highlight=False)
     if report["top"]:
         _print_kernels(report, console)
     else:
@@ -136,11 +158,13 @@ def _print_operators(rows: list[dict[str, Any]], console: Console) -> None:
 
 def _print_kernels(report: dict[str, Any], console: Console) -> None:
     top = Table(title="fastest kernels", title_justify="left")
-    for column in ("id", "gen", "operator", "runtime ms", "speedup", "max |diff|"):
+    for column in ("id", "gen", "operator", "runtime ms", "spread", "speedup", "sol", "max |diff|"):
         top.add_column(column, justify="right" if column not in ("operator",) else "left")
     for row in report["top"]:
+        sol_text = "below floor!" if row["below_floor"] else _fmt(row["sol"], "", 2)
         top.add_row(str(row["id"]), str(row["generation"]), row["operator"], f"{row['runtime_ms']:.4g}",
-                    _x(row["speedup"]), f"{row['max_abs_diff']:.2g}")
+                    f"{100 * row['runtime_spread']:.1f}%" if row["runtime_spread"] is not None else "-",
+                    _x(row["speedup"]), sol_text, f"{row['max_abs_diff']:.2g}")
     console.print(top)
     lineage = Table(title=f"lineage of kernel {report['best']['id']}", title_justify="left")
     for column in ("id", "gen", "operator", "parents", "status", "runtime ms", "changes"):
@@ -165,7 +189,8 @@ def _record(ind: Individual) -> dict[str, Any]:
 def _summary(ind: Individual) -> dict[str, Any]:
     result = ind.result or {}
     return {"id": ind.id, "generation": ind.generation, "island": ind.island, "operator": ind.operator,
-            "runtime_ms": ind.runtime_ms, "speedup": result.get("speedup"),
+            "runtime_ms": ind.runtime_ms, "runtime_spread": result.get("runtime_spread"),
+            "speedup": result.get("speedup"), "sol": result.get("sol"), "below_floor": bool(result.get("below_floor")),
             "max_abs_diff": result.get("max_abs_diff"), "source_hash": ind.source_hash}
 
 
@@ -203,10 +228,40 @@ class Outcome:
     best_ms: float | None = None
     reference_ms: float | None = None
     speedup: float | None = None
+    max_evaluations: int | None = None  # the run's budget
+    floor_ms: float | None = None  # the problem's floor (fitness.floor), where known
+    sol: float | None = None  # the best's speed of light
+    eager_sol: float | None = None
+    compiled_sol: float | None = None  # torch.compile's, where the run knows its time (seeds: compile)
+    below_floor: bool = False  # the best read below the floor: flagged
+    at_sol: bool = False  # stopped at the speed of light (search.stop_at_sol)
 
     @property
     def correct(self) -> bool:
         return self.best_ms is not None
+
+    @property
+    def left_ms(self) -> float | None:
+        """What the best leaves on the table: its runtime minus the floor."""
+        return max(0.0, self.best_ms - self.floor_ms) if self.best_ms is not None and self.floor_ms else None
+
+
+def run_outcome(name: str, status: str, reason: str, run_dir: Path) -> Outcome:
+    """What the run in ``run_dir`` came to, from its store (a sweep's outcome of a run that ran)."""
+    with RunStore.open(Path(run_dir) / STORE_FILE, readonly=True) as store:
+        best, count = store.best(1), store.count()
+        budget = store.config()["search"]["max_evaluations"]
+    outcome = Outcome(name, status, reason, evaluations=count, max_evaluations=budget,
+                      at_sol=reason.startswith(AT_SOL))
+    if best:
+        result = best[0].result
+        outcome.best_ms, outcome.reference_ms = result["runtime_ms"], result.get("reference_ms")
+        outcome.speedup, outcome.below_floor = result.get("speedup"), bool(result.get("below_floor"))
+        figures = sol_figures(result, compiled_ms(run_dir))
+        if figures:
+            outcome.floor_ms, outcome.sol = figures["floor_ms"], figures["best"]
+            outcome.eager_sol, outcome.compiled_sol = figures["eager"], figures["compiled"]
+    return outcome
 
 
 def sweep_summary(outcomes: list[Outcome]) -> dict[str, Any]:
@@ -215,6 +270,10 @@ def sweep_summary(outcomes: list[Outcome]) -> dict[str, Any]:
     ``fraction_correct``: problems with an accepted kernel; ``fast_1``, ``fast_1.5``,
     ``fast_2``: the fractions of all problems faster than eager PyTorch by more
     than 1×, 1.5×, 2×; ``geomean_speedup_correct``: over the problems with one.
+    Each run has its SOL and ``left_ms`` (best minus floor); ``below_floor``
+    names the runs whose best read below the floor (flagged, not a speedup);
+    ``saved_evaluations``, what runs that stopped at the speed of light did not
+    spend, and ``budget_shares``, who gets it by headroom (``evolve.budget``).
     """
     n = len(outcomes)
     correct = [o for o in outcomes if o.correct]
@@ -226,24 +285,35 @@ def sweep_summary(outcomes: list[Outcome]) -> dict[str, Any]:
     geomean = math.exp(sum(math.log(s) for s in speedups) / len(speedups)) if speedups else None
     return {"problems": n, "correct": len(correct), "fraction_correct": len(correct) / n if n else 0.0,
             "fast_1": fast(1.0), "fast_1.5": fast(1.5), "fast_2": fast(2.0),
-            "geomean_speedup_correct": geomean,
-            "runs": [dataclasses.asdict(o) for o in outcomes]}
+            "geomean_speedup_correct": geomean, "below_floor": [o.name for o in outcomes if o.below_floor],
+            "saved_evaluations": saved(outcomes), "budget_shares": share_saved(outcomes),
+            "runs": [{**dataclasses.asdict(o), "left_ms": o.left_ms} for o in outcomes]}
 
 
 def format_sweep_summary(summary: dict[str, Any]) -> str:
     """``sweep_summary``'s data as a Markdown table of the runs and one line of figures."""
-    lines = ["| run | status | evaluations | best ms | eager ms | speedup |", "|---|---|---|---|---|---|"]
+    lines = ["| run | status | evaluations | best ms | eager ms | speedup | SOL best | SOL eager | SOL compile "
+             "| left ms |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in summary["runs"]:
+        best_sol = "below floor!" if r.get("below_floor") else _fmt(r.get("sol"), "", 2)
         lines.append(f"| {r['name']} | {r['status']} | {r['evaluations']} | {_fmt(r['best_ms'])} "
-                     f"| {_fmt(r['reference_ms'])} | {_fmt(r['speedup'], 'x')} |")
+                     f"| {_fmt(r['reference_ms'])} | {_fmt(r['speedup'], 'x')} | {best_sol} "
+                     f"| {_fmt(r.get('eager_sol'), '', 2)} | {_fmt(r.get('compiled_sol'), '', 2)} "
+                     f"| {_fmt(r.get('left_ms'))} |")
     g = summary["geomean_speedup_correct"]
     lines.append("")
     lines.append(f"{summary['correct']}/{summary['problems']} correct ({100 * summary['fraction_correct']:.0f}%); "
                  f"fast_1 {100 * summary['fast_1']:.0f}%, fast_1.5 {100 * summary['fast_1.5']:.0f}%, "
                  f"fast_2 {100 * summary['fast_2']:.0f}%; geometric-mean speedup over correct: "
                  + (f"{g:.3g}x" if g else "-"))
+    if summary.get("saved_evaluations"):
+        shares = ", ".join(f"{name} {n}" for name, n in summary["budget_shares"].items()) or "no run with headroom"
+        lines.append(f"{summary['saved_evaluations']} evaluations saved by runs at the speed of light; "
+                     f"by headroom they go to: {shares}")
+    if summary.get("below_floor"):
+        lines.append(f"FLAGGED: the best of {', '.join(summary['below_floor'])} read below the floor (not a speedup)")
     return "\n".join(lines)
 
 
-def _fmt(value: float | None, unit: str = "") -> str:
-    return "-" if value is None else f"{value:.4g}{unit}"
+def _fmt(value: float | None, unit: str = "", digits: int = 4) -> str:
+    return "-" if value is None else f"{value:.{digits}g}{unit}"

@@ -44,6 +44,7 @@ class WorkerChannel:
         self.worker: WorkerProcess | None = None
         self.served = 0
         self.loaded: Variant | None = None
+        self._confinement = ""  # of the latest worker (it outlives the worker, for the verdict it gave)
 
     def get_worker(self, check: bool = False) -> WorkerProcess:
         """The worker, started if there is none alive; ``check``: make sure it still answers."""
@@ -64,6 +65,7 @@ class WorkerChannel:
                 open_shared=self._open_shared,
             )
             self.worker.kind = self._worker_kind()
+            self._confinement = getattr(self.worker, "confinement", "")
         return self.worker
 
     def _worker_kind(self) -> tuple:
@@ -73,6 +75,11 @@ class WorkerChannel:
 
     def device_name(self) -> str:
         return self.worker.device_name if self.worker else self.platform.device_name()
+
+    def confinement(self) -> str:
+        """What the OS held the latest worker to (``fitness.confine``, as its ready message said);
+        "" before any worker started."""
+        return self._confinement
 
     def hand_over(self) -> WorkerProcess | None:
         """This channel's idle worker, reset (``Harness.reset``), for another problem's
@@ -96,6 +103,7 @@ class WorkerChannel:
             return False
         worker._open_shared = self._open_shared  # its copies are timed here now
         self.worker, self.served, self.loaded = worker, 1, None
+        self._confinement = getattr(worker, "confinement", "")
         return True
 
     def _open_shared(self, shared: dict, dtype: Any, shape: list, pid: int) -> Any:

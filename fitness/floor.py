@@ -25,7 +25,10 @@ Where the figures come from:
   so KernelBench's multi-GB problems are counted in a fraction of a second.
   A reference that fake tensors cannot run (one that reads a value, say) is
   run for real, once, on the device: that costs its memory, as checking it
-  would.
+  would. A small one (``floor_for``: under ``REAL_COUNT_BYTES``) is run for
+  real from the start, under a counting mode of its own: fake tensors and
+  ``FlopCounterMode`` import torch's compiler (1-3 s a process), which costs
+  more than one forward at that size.
 - fp32 matrix work is counted at the faster of true fp32 and TF32 (what
   Triton's ``tl.dot`` does with fp32 operands by default; fp32-accurate
   schemes such as ``tf32x3`` also run above the true-fp32 rate). A problem
@@ -54,7 +57,8 @@ from typing import Any
 
 from fitness.problem import Problem, build_model, make_inputs
 from fitness.profiling import INIT_SEED, INPUT_SEED, _declared_flops, _tensors
-from platforms.peaks import Peaks
+from platforms.base import Platform
+from platforms.peaks import Peaks, achievable_peaks
 
 #: How far below ``Floor.cached_floor_ms`` a runtime must be before ``below_floor`` says so.
 #: The floor's own uncertainty: a measured bandwidth or matmul rate a few percent under what
@@ -64,6 +68,10 @@ from platforms.peaks import Peaks
 BELOW_FLOOR_MARGIN = 0.10
 
 MEMORY, COMPUTE = "memory", "compute"
+
+#: A problem whose inputs and outputs take fewer bytes is counted by running it for real
+#: (``floor_for``): cheaper than importing the fake-tensor machinery.
+REAL_COUNT_BYTES = 256 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,14 +111,17 @@ class Floor:
         return dataclasses.asdict(self)
 
 
-def count_work(problem: Problem, device: str = "cpu") -> Work:
-    """The compulsory bytes and the FLOPs of one forward of ``problem``'s reference on ``device``.
+def count_work(problem: Problem, device: str = "cpu", fake: bool = True) -> Work:
+    """The compulsory bytes and the FLOPs of one forward of ``problem``'s reference on ``device``
+    (``fake``: traced with fake tensors where they can run it; else run for real).
 
     >>> from fitness.problem import load_problem
     >>> w = count_work(load_problem("problems/matmul/reference.py", {"M": 2, "K": 3, "N": 4}))
     >>> w.bytes, w.flops, w.traced
     (104, 48.0, 'fake')
     """
+    if not fake:
+        return _count(problem, device, fake=False)
     try:
         return _count(problem, device, fake=True)
     except (RuntimeError, NotImplementedError, TypeError, ValueError, AssertionError) as exc:
@@ -130,7 +141,7 @@ def _count(problem: Problem, device: str, fake: bool) -> Work:
     # torch counts the attention kernels of GPUs, not the CPU's: the same formula for it.
     cpu_attention = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
     mapping = {cpu_attention: _attention_flops} if cpu_attention is not None else None
-    counter = FlopCounterMode(display=False, custom_mapping=mapping)
+    counter = FlopCounterMode(display=False, custom_mapping=mapping) if fake else _flop_count(mapping)
     with FakeTensorMode(allow_non_fake_inputs=True) if fake else contextlib.nullcontext():
         if fake:
             _materialise(model, device)
@@ -146,6 +157,42 @@ def _count(problem: Problem, device: str, fake: bool) -> Work:
                 "declared" if declared is not None else "counted",
                 str(largest.dtype).removeprefix("torch.") if largest is not None else "",
                 "fake" if fake else "real")
+
+
+def _flop_count(mapping: dict | None) -> Any:
+    """A dispatch mode that counts FLOPs as ``FlopCounterMode`` does (torch's formulas, ``mapping``
+    added), without its module tracking: entering that, and dispatching through any mode,
+    imports torch's compiler to disable it, which a count of real tensors does not need."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.flop_counter import flop_registry, shape_wrapper
+
+    registry = {**flop_registry, **{op: shape_wrapper(f) for op, f in (mapping or {}).items()}}
+
+    class Counting(TorchDispatchMode):
+        total = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            formula = registry.get(func._overloadpacket)
+            if formula is None:  # an op without a formula may decompose into ops with one
+                with self:
+                    out = func.decompose(*args, **kwargs)
+                if out is not NotImplemented:
+                    return out
+            out = func(*args, **kwargs)
+            if formula is not None:
+                self.total += formula(*args, **kwargs, out_val=out)
+            return out
+
+        def get_total_flops(self) -> int:
+            return self.total
+
+    # torch wraps every mode's dispatch to keep its compiler out, importing the compiler on the
+    # first call unless the function says it has its wrapper already (torch._compile): it does.
+    raw = getattr(Counting.__torch_dispatch__, "__wrapped__", None)
+    if raw is not None:
+        setattr(raw, "__dynamo_disable", raw)
+    return Counting()
 
 
 def _attention_flops(query_shape, key_shape, value_shape, *_args, out_shape=None, **_kwargs) -> int:
@@ -208,6 +255,20 @@ def floor_of(work: Work, peaks: Peaks, tf32: bool = True) -> Floor:
 def problem_floor(problem: Problem, peaks: Peaks, device: str = "cpu", tf32: bool = True) -> Floor:
     """The floor of ``problem`` (as loaded: its shapes and dtype) on ``device`` with ``peaks``."""
     return floor_of(count_work(problem, device), peaks, tf32)
+
+
+def floor_for(problem: Problem, platform: Platform, size_bytes: int | None = None) -> tuple[Floor | None, str]:
+    """(the floor of ``problem`` on ``platform``'s device with its achievable peaks, ""), or
+    (None, why) where there is none: no peaks known for the device (``PeaksUnavailable``),
+    or the reference cannot be counted. Peaks are measured on first use and cached by
+    device (``platforms.peaks.achievable_peaks``). ``size_bytes``: what the problem's inputs
+    and outputs take, where known; under ``REAL_COUNT_BYTES`` it is counted for real."""
+    try:
+        peaks = achievable_peaks(platform)
+        fake = size_bytes is None or size_bytes >= REAL_COUNT_BYTES
+        return floor_of(count_work(problem, str(platform.device()), fake), peaks), ""
+    except RuntimeError as exc:  # PeaksUnavailable; a reference that fails when run for real to be counted
+        return None, f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:300]}"
 
 
 def sol(floor_ms: float, runtime_ms: float) -> float:

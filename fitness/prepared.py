@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from fitness.compare import CutoffError, Trivial, all_finite, finite_abs_max, output_means, trivial_passes
+from fitness.floor import Floor, floor_for
 from fitness.probes import FACTOR_RANGE, Probe, changes
 from fitness.problem import (
     Problem,
@@ -162,6 +163,13 @@ class PreparedProblem:
         need, free = self.footprint(), platform.free_memory()
         if need > free:
             raise ProblemError(self._too_big(need, free))
+        #: The floor at the main shapes on this device (fitness.floor; peaks measured on first use).
+        self.floor: Floor | None
+        self.floor, why = floor_for(self.main.problem, platform, self.main.input_bytes + sum(self.main.output_bytes))
+        if self.floor is None:
+            self._note(f"no speed-of-light floor, so no SOL: {why}")
+        #: The timer's own overhead as this process measures it (bounds the worker's, fitness.timing_checks).
+        self.overhead_ms: float | None = None
 
     # -- the reference ------------------------------------------------------------
 
@@ -347,7 +355,9 @@ class PreparedProblem:
             with torch.no_grad():
                 model(*args)
 
-        return time_runs(self.platform, run, self.timing, prepare).median_ms
+        timing = time_runs(self.platform, run, self.timing, prepare)
+        self.overhead_ms = timing.overhead_ms
+        return timing.median_ms
 
     # -- the memory plan ------------------------------------------------------------
 

@@ -36,6 +36,15 @@ class EvalResult:
     ``runtime_ms`` is the median over timed runs and ``runtime_spread`` the
     relative spread ``(p90 - p10) / median`` of those runs; both are ``None``
     unless the candidate was accepted.
+
+    An accepted verdict carries the problem's speed of light (``fitness.sol``):
+    ``floor_ms`` (the time below which no kernel can go on this device),
+    ``sol`` (``floor_ms / runtime_ms``, in [0, 1]), ``bound`` (``memory`` or
+    ``compute``) and ``floor`` (how the floor was obtained:
+    ``fitness.floor.Floor.to_dict()``); all None where no floor is known. A
+    kernel that read faster than the floor was judged again with every timed
+    run checked; passing that, it is ``below_floor``, with
+    ``below_floor_reason`` saying why the floor may not hold for it.
     """
 
     status: Status
@@ -54,6 +63,12 @@ class EvalResult:
     # what the operating system held the worker to (fitness.confine): "landlock+netns", or what
     # was missing and why ("netns (landlock unavailable: ...)")
     confinement: str = ""
+    floor_ms: float | None = None
+    sol: float | None = None
+    bound: str | None = None  # "memory" or "compute"
+    floor: dict[str, Any] | None = None
+    below_floor: bool = False
+    below_floor_reason: str = ""
 
     @property
     def accepted(self) -> bool:

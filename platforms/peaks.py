@@ -27,7 +27,10 @@ The CPU (Triton's interpreter) has no datasheet: its figures are always
 measured, a memcpy bandwidth and a matmul per precision (``tf32`` does not
 apply), so the CPU path runs end to end. They describe the CPU itself: an
 interpreted Triton kernel sits orders of magnitude above that floor, so SOL
-on the CPU says nothing of a kernel, only that every path works.
+on the CPU says nothing of a kernel, only that every path works. So the CPU
+is measured small and short (32 MiB buffers, matmuls of 256 and 64, a window
+of a few runs: about a quarter of a second), not with the GPU's settings
+(about 10 s on a 2-core machine, for figures nobody reads).
 
 Nothing happens at import: torch loads and the cache's location (the
 ``KEVO_PEAKS_CACHE`` variable, else ``$XDG_CACHE_HOME/kevo/peaks.json``,
@@ -59,15 +62,17 @@ MEASURED, DATASHEET = "measured", "datasheet"
 #: The environment variable naming the cache file (read at call time).
 CACHE_ENV = "KEVO_PEAKS_CACHE"
 #: Bumped when what is measured, or how, changes: older entries are then measured again.
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 
 # Timing of a measurement: long enough for clocks to settle, a few dozen runs.
 _SETTINGS = TimingSettings(warmup_ms=100.0, window_ms=300.0, min_runs=10, max_runs=200)
 # Sizes: far above any last-level cache (H200 L2 60 MB, MI300X Infinity Cache 256 MB).
 _GPU_BUFFER_BYTES = 1 << 30  # each of three
-_CPU_BUFFER_BYTES = 256 << 20
 _GPU_MATMUL_N = 8192
-_CPU_MATMUL_N = {"float32": 1024, "float16": 256, "bfloat16": 256}
+# The CPU's: small and short (see the module's docstring); its figures only let the CPU path run.
+_CPU_SETTINGS = TimingSettings(warmup_ms=0.0, window_ms=10.0, min_runs=3, max_runs=10, device_trace=False)
+_CPU_BUFFER_BYTES = 32 << 20
+_CPU_MATMUL_N = {"float32": 256, "float16": 64, "bfloat16": 64}
 
 
 class PeaksUnavailable(RuntimeError):
@@ -148,7 +153,7 @@ def device_key(platform: Platform) -> str:
     """What a measurement depends on: platform, device, torch, its runtime and the driver.
 
     >>> from platforms import get_platform
-    >>> device_key(get_platform("cpu")).startswith("v1|cpu|")
+    >>> device_key(get_platform("cpu")).startswith("v2|cpu|")
     True
     """
     import torch
@@ -227,12 +232,14 @@ def achievable_peaks(platform: Platform, *, measure: bool = True, path: Path | N
     return dataclasses.replace(sheet, key=key, detail={**sheet.detail, "why_datasheet": why})
 
 
-def measure_peaks(platform: Platform, settings: TimingSettings = _SETTINGS) -> Peaks:
-    """Measure ``platform``'s achievable bandwidth and matmul rates now (seconds on a GPU)."""
+def measure_peaks(platform: Platform, settings: TimingSettings | None = None) -> Peaks:
+    """Measure ``platform``'s achievable bandwidth and matmul rates now (seconds on a GPU, a
+    fraction of one on the CPU); ``settings``: the timing (default: the platform's kind's)."""
     import torch
 
     device = platform.device()
     on_cpu = platform.name == "cpu"
+    settings = settings or (_CPU_SETTINGS if on_cpu else _SETTINGS)
     started = time.perf_counter()
     n_bytes = _CPU_BUFFER_BYTES if on_cpu else min(_GPU_BUFFER_BYTES, platform.free_memory() // 12)
     a = torch.ones(n_bytes // 4, dtype=torch.float32, device=device)

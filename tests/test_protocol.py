@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 
 import pytest
 
@@ -16,6 +17,7 @@ from fitness.protocol import (MAX_REASON, Call, Compiled, Compiling, Continue, E
                               Outputs, Ping, Refused, Reset, Stop, Time, Timed, TimedRun, read_answer, read_reply,
                               read_step)
 from fitness.sandbox import WorkerProcess
+from fitness.timing_checks import OVERHEAD_FACTOR, OVERHEAD_SLACK_MS
 
 SEED = (PROBLEMS / "elementwise" / "seed.py").read_text()
 TIMED = Timed([1.0, 2.0, 1.5], [1.2, 2.1, 1.6], 0.01, None, [0, 2], {"prepare": 0.1})
@@ -122,3 +124,28 @@ def test_a_forged_reply_is_forbidden_and_ends_the_worker(evaluators, monkeypatch
     assert result.status is Status.FORBIDDEN, result.reason
     assert "broke the protocol" in result.reason
     assert evaluator.channel.worker is None  # killed: the next evaluation gets a fresh one
+
+
+def test_a_forged_timer_overhead_is_bounded_by_the_judges_own(evaluators, monkeypatch):
+    """``Timing.median_ms`` subtracts the timer's overhead (up to half the median where there is no
+    device trace): a worker that reports a huge one would read up to 2x faster. The judge bounds it
+    by its own measurement of the same protocol (``fitness.timing_checks.trusted_timing``)."""
+    evaluator = evaluators.get("elementwise")
+    original = WorkerProcess.answer
+    honest: list[float] = []
+
+    def forge(self, nonce, timeout):
+        reply, tensors = original(self, nonce, timeout)
+        if "runs_ms" in reply:
+            honest.extend(reply["runs_ms"])
+            reply = {**reply, "overhead_ms": 1e3, "device_ms": None}
+        return reply, tensors
+
+    monkeypatch.setattr(WorkerProcess, "answer", forge)
+    result = evaluator.evaluate(SEED)
+    assert result.accepted, result.reason
+    judge = evaluator.prepared.overhead_ms
+    assert judge is not None and judge < 1.0  # measured in the judge's own process, as the reference was timed
+    median = statistics.median(honest)
+    assert result.runtime_ms >= median - OVERHEAD_FACTOR * judge - OVERHEAD_SLACK_MS - 1e-9
+    assert result.runtime_ms > 0.9 * median  # not the half a forged overhead would have made it

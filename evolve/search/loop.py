@@ -37,7 +37,8 @@ from typing import Any
 
 from evolve.config import Config
 from evolve.dispatch.base import Dispatcher
-from evolve.search.population import Candidate, migrate, select_parents, survivors
+from evolve.search.confirm import confirm_top
+from evolve.search.population import Candidate, faster, migrate, select_parents, survivors
 from evolve.search.steering import ParentProfiles, Steering
 from evolve.search.variation import Breeder, Child, LlmOperators, Proposes, llm_seed_children, seed_children, seed_space
 from population_store import Individual, RunStore
@@ -45,6 +46,7 @@ from population_store import Individual, RunStore
 log = logging.getLogger(__name__)
 
 STATE_KEY = "loop"
+AT_SOL = "at the speed of light"  # the stop reason of search.stop_at_sol (a sweep reads it)
 
 
 class SearchError(Exception):
@@ -62,6 +64,8 @@ class LoopState:
     evaluations: int = 0  # individuals stored at the end of that generation
     best_ms: float | None = None
     best_speedup: float | None = None
+    best_spread: float | None = None  # of best_ms: a kernel replaces it only when faster beyond noise
+    best_sol: float | None = None  # its speed of light (None: no floor, or it read below the floor)
     stale: int = 0  # generations since best_ms last improved
     elapsed_s: float = 0.0  # wall time spent searching, over all sessions
     in_flight: list[int] = dataclasses.field(default_factory=list)  # ids submitted, result not yet in
@@ -147,8 +151,11 @@ def run_search(search: Search) -> str:
         islands = _close(islands, landed, state, cfg, rng, state.generation, stale=False)
         not_evaluated = flight.cancel()  # past the wall limit: left pending, in flight for a resume
         _checkpoint(store, state, state.generation, rng, ledger, clock, flight, breeder)
+    if not not_evaluated and not clock.past(deadline):  # the top kernels timed again, side by side
+        confirm_top(store, search.dispatcher, cfg.confirm_rounds)
     store.record_event("stopped", {"reason": reason, "generation": state.generation,
-                                   "evaluations": state.evaluations, "not_evaluated": not_evaluated})
+                                   "evaluations": state.evaluations, "not_evaluated": not_evaluated,
+                                   "confinement": _confinements(store)})
     return reason
 
 
@@ -230,6 +237,8 @@ def stop_reason(state: LoopState, config: Config, elapsed_s: float) -> str | Non
         return f"max_evaluations reached ({cfg.max_evaluations})"
     if cfg.target_speedup is not None and (state.best_speedup or 0) >= cfg.target_speedup:
         return f"target_speedup reached ({state.best_speedup:.3g}x >= {cfg.target_speedup:g}x)"
+    if cfg.stop_at_sol is not None and (state.best_sol or 0) >= cfg.stop_at_sol:
+        return f"{AT_SOL} (SOL {state.best_sol:.2f} >= {cfg.stop_at_sol:g})"
     if cfg.max_generations is not None and state.generation >= cfg.max_generations:
         return f"max_generations reached ({cfg.max_generations})"
     if cfg.patience is not None and state.stale >= cfg.patience:
@@ -373,9 +382,19 @@ def _shares(state: LoopState, config: Config) -> list[int]:
 
 
 def _note_progress(state: LoopState, new: list[Candidate], count_stale: bool = True) -> None:
-    """Track the best kernel so far and how many generations it has stood."""
+    """Track the best kernel so far (replaced only by one faster beyond noise,
+    ``evolve.search.population.faster``) and how many generations it has stood."""
     best = min((c for c in new if c.accepted), key=lambda c: c.runtime_ms, default=None)
-    if best is not None and (state.best_ms is None or best.runtime_ms < state.best_ms):
-        state.best_ms, state.best_speedup, state.stale = best.runtime_ms, best.speedup, 0
+    if best is not None and faster(best.runtime_ms, best.spread, state.best_ms, state.best_spread):
+        state.best_ms, state.best_speedup, state.best_spread, state.stale = (
+            best.runtime_ms, best.speedup, best.spread, 0)
+        # a kernel that read below the floor is flagged, not at the speed of light (fitness.sol)
+        record = best.result or {}
+        state.best_sol = None if record.get("below_floor") else record.get("sol")
     elif state.generation >= 0 and count_stale:
         state.stale += 1
+
+
+def _confinements(store: RunStore) -> list[str]:
+    """What the OS held the run's workers to (``fitness.confine``), as their verdicts say: once per run."""
+    return sorted({(i.result or {}).get("confinement") or "" for i in store.individuals()} - {""})

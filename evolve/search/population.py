@@ -1,8 +1,23 @@
 """Individuals as DEAP's tools see them, and the selection steps of the loop.
 
-Minimisation is stated once, in ``RuntimeFitness.weights``; everything else
-compares fitnesses the DEAP way (greater is better). Only accepted kernels
-have a fitness, and only they enter a population.
+Minimisation is stated once, in ``RuntimeFitness.weights``. Only accepted
+kernels have a fitness, and only they enter a population.
+
+Faster only beyond noise. Two medians of a kernel, timed in two windows,
+differ by about their runs' spread; so one kernel counts as faster than
+another (``faster``) only when each time, taken as median x (1 +- spread / 2)
+with its verdict's ``runtime_spread`` ((p90 - p10) / median of its runs),
+lies wholly below the other's, and by at least ``MIN_GAIN``:
+
+    ms * (1 + spread / 2) < other_ms * (1 - other_spread / 2)  and  ms < other_ms * (1 - MIN_GAIN)
+
+(the first half is ``operators.selector.improved``'s rule, by which the
+steering learns what paid off). The elite and the run's best
+(``evolve.search.loop``) follow it (``ranked``): a newer kernel goes ahead of
+an older one only when it is faster, so a child no faster than its parent
+beyond noise never displaces it there. Tournaments compare medians as they
+are: a child as fast as its parent within noise may still be drawn as a
+parent, which keeps the search moving across plateaus.
 """
 
 from __future__ import annotations
@@ -16,6 +31,10 @@ from typing import Any
 from deap import base, tools
 
 from population_store import ACCEPTED, Individual
+
+#: The least gain that counts, whatever the spreads say: clocks drift between two windows on one
+#: device by about this much (0.2-1.7% "improvements" timed once turned out to be noise).
+MIN_GAIN = 0.01
 
 
 class RuntimeFitness(base.Fitness):
@@ -62,6 +81,48 @@ class Candidate:
     def speedup(self) -> float | None:
         return self.result.get("speedup") if self.result else None
 
+    @property
+    def spread(self) -> float:
+        """The relative spread of its timed runs (0 where unknown)."""
+        return (self.result or {}).get("runtime_spread") or 0.0
+
+
+def faster(ms: float, spread: float | None, other_ms: float | None, other_spread: float | None) -> bool:
+    """Whether a kernel timed at ``ms`` is faster than one at ``other_ms`` beyond the noise of
+    both (the module's docstring); anything is faster than no time at all.
+
+    >>> faster(0.97, 0.05, 1.0, 0.05), faster(0.9, 0.05, 1.0, 0.05), faster(0.995, 0.0, 1.0, 0.0)
+    (False, True, False)
+    """
+    if other_ms is None:
+        return True
+    return (ms * (1 + (spread or 0.0) / 2) < other_ms * (1 - (other_spread or 0.0) / 2)
+            and ms < other_ms * (1 - MIN_GAIN))
+
+
+def beats(a: Candidate, b: Candidate) -> bool:
+    """Whether accepted ``a`` is faster than accepted ``b`` beyond noise (``faster``)."""
+    return faster(a.runtime_ms, a.spread, b.runtime_ms, b.spread)  # type: ignore[arg-type]
+
+
+def ranked(pool: list[Candidate]) -> list[Candidate]:
+    """``pool``'s kernels (accepted, each once), best first: taken oldest first (by id), each goes
+    ahead of the first one it ``beats``, else last. The first is the incumbent no later kernel
+    beat beyond noise.
+
+    >>> def c(i, ms, spread):
+    ...     k = Candidate(i, "", str(i), {}, 0, 0, {"status": ACCEPTED, "runtime_ms": ms, "runtime_spread": spread})
+    ...     k.fitness.values = (ms,)
+    ...     return k
+    >>> [k.id for k in ranked([c(1, 1.0, 0.05), c(2, 0.97, 0.05), c(3, 1.2, 0.0), c(4, 1.1, 0.0)])]
+    [1, 2, 4, 3]
+    """
+    order: list[Candidate] = []
+    for candidate in sorted({c.id: c for c in pool}.values(), key=lambda c: c.id):
+        place = next((i for i, other in enumerate(order) if beats(candidate, other)), len(order))
+        order.insert(place, candidate)
+    return order
+
 
 @contextlib.contextmanager
 def lend_random(rng: random.Random) -> Iterator[None]:
@@ -91,14 +152,15 @@ def survivors(pool: list[Candidate], size: int, elite: int, tournament_size: int
               rng: random.Random) -> list[Candidate]:
     """The next population from ``pool`` (parents and accepted offspring): (mu + lambda).
 
-    The ``elite`` fittest always survive; tournaments among the rest fill the
-    remaining places. A pool no larger than ``size`` survives whole.
+    The ``elite`` best (``ranked``: a child no faster than its parent beyond
+    noise stays behind it) always survive; tournaments among the rest fill the
+    remaining places. A pool no larger than ``size`` survives whole, best first.
     """
-    pool = list({c.id: c for c in pool}.values())  # a parent may sit in a population twice
-    if len(pool) <= size:
-        return tools.selBest(pool, len(pool))
-    best = tools.selBest(pool, elite)
-    rest = [c for c in pool if c not in best]
+    order = ranked(pool)  # a parent may sit in a population twice: once here
+    if len(order) <= size:
+        return order
+    best = order[:elite]
+    rest = order[elite:]
     with lend_random(rng):
         return best + tools.selTournament(rest, size - len(best), tournament_size)
 
@@ -107,4 +169,5 @@ def migrate(islands: list[list[Candidate]], migrants: int) -> None:
     """Ring migration: each island's best replace the worst of the next island (in place)."""
     k = min([migrants, *map(len, islands)])  # an island may hold fewer kernels than migrants
     if len(islands) > 1 and k > 0:
-        tools.migRing(islands, k, selection=tools.selBest, replacement=tools.selWorst)
+        tools.migRing(islands, k, selection=lambda pop, n: ranked(pop)[:n],
+                      replacement=lambda pop, n: ranked(pop)[-n:])

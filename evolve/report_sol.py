@@ -1,0 +1,121 @@
+"""What a run's report says of the speed of light and of noise (``evolve.report`` shows it).
+
+- ``sol_figures``: the best's SOL (``fitness.sol``) beside eager PyTorch's
+  and torch.compile's, against the same floor, and what is left on the table
+  (best minus floor). torch.compile's time is known for a run seeded from it
+  (``seeds: compile``: Inductor's recording in the run directory, timed there
+  under kevo's protocol, or by ``triton.testing.do_bench`` in older recordings).
+- ``standing``: the kernels flagged for reading below the floor; what timing
+  the top kernels again side by side found (``evolve.search.confirm``), or
+  why they were not; and, from the verdicts' spreads alone, the next kernels
+  the best is not faster than beyond noise
+  (``evolve.search.population.faster``).
+- ``sol_lines``: those, as ``kevo report`` prints them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from evolve.search.confirm import CONFIRMED_EVENT, rounds_for
+from evolve.search.population import faster
+from evolve.session import RECORDING_FILE
+from fitness.floor import sol
+from population_store import ACCEPTED, Individual, RunStore
+
+
+def sol_figures(best: dict[str, Any] | None, compiled_ms: float | None = None) -> dict[str, Any] | None:
+    """The best's speed of light beside eager PyTorch's (its ``reference_ms``) and torch.compile's
+    (``compiled_ms``, where the run knows it), all against the best's floor, and what is left on the
+    table (best minus floor); None without an accepted best with a floor.
+
+    >>> f = sol_figures({"floor_ms": 1.0, "runtime_ms": 2.0, "reference_ms": 4.0, "sol": 0.5, "bound": "memory"}, 2.5)
+    >>> f["best"], f["eager"], f["compiled"], f["left_ms"]
+    (0.5, 0.25, 0.4, 1.0)
+    """
+    if not best or best.get("floor_ms") is None:
+        return None
+    floor_ms = best["floor_ms"]
+    return {"floor_ms": floor_ms, "bound": best.get("bound"), "source": (best.get("floor") or {}).get("source"),
+            "best": best.get("sol"), "eager": sol(floor_ms, best["reference_ms"]) if best.get("reference_ms") else None,
+            "compiled_ms": compiled_ms, "compiled": sol(floor_ms, compiled_ms) if compiled_ms else None,
+            "left_ms": max(0.0, best["runtime_ms"] - floor_ms), "below_floor": bool(best.get("below_floor")),
+            "below_floor_reason": best.get("below_floor_reason", "")}
+
+
+def compiled_ms(run_dir: Path) -> float | None:
+    """torch.compile's time for a run seeded from it (``seeds: compile``: Inductor's recording, timed
+    under kevo's protocol where the recording has that, else by do_bench), else None."""
+    try:
+        recording = json.loads((Path(run_dir) / RECORDING_FILE).read_text(encoding="utf-8"))
+        return recording.get("compiled_protocol_ms") or recording.get("compiled_ms")
+    except (OSError, ValueError, AttributeError):  # no recording (seed files), or not one of ours
+        return None
+
+
+def _why_unconfirmed(config: dict[str, Any], best: dict[str, Any] | None, stopped: list) -> str:
+    if rounds_for(config["search"].get("confirm_rounds"), (best or {}).get("platform", "")) == 0:
+        return "the top kernels were not timed again (search.confirm_rounds is 0 here: set it to time them again)"
+    if not stopped:
+        return "the top kernels are timed again when the run stops"
+    return "the top kernels were not timed again (the run stopped at its wall limit, or had only one kernel)"
+
+
+def standing(store: RunStore, top: list[Individual]) -> dict[str, Any]:
+    """``below_floor`` (ids of the kernels flagged), ``confirmed`` (the last rounds' data, or None),
+    ``unconfirmed`` (why there are none, or ""), ``within_noise`` (ids among ``top[1:]``, the run's
+    fastest after the best, that the best is not faster than beyond their spreads)."""
+    confirmed, stopped = store.events(CONFIRMED_EVENT), store.events("stopped")
+    best = top[0].result if top else None
+    return {
+        "below_floor": [i.id for i in store.individuals(ACCEPTED) if (i.result or {}).get("below_floor")],
+        "confirmed": confirmed[-1]["data"] if confirmed else None,
+        "unconfirmed": "" if confirmed or not top else _why_unconfirmed(store.config(), best, stopped),
+        "within_noise": [i.id for i in top[1:]
+                         if not faster(top[0].runtime_ms, _spread(top[0]), i.runtime_ms, _spread(i))],
+    }
+
+
+def _spread(ind: Individual) -> float:
+    return (ind.result or {}).get("runtime_spread") or 0.0
+
+
+def sol_lines(report: dict[str, Any]) -> list[str]:
+    """The report's lines on the speed of light, the flagged kernels, how sure the best is, and the confinement."""
+    lines, figures = [], report.get("speed_of_light")
+    if figures:
+        others = ", ".join(f"{name} {_two(figures[key])}" for name, key in
+                           (("eager", "eager"), ("torch.compile", "compiled")) if figures[key] is not None)
+        lines.append(f"sol        best {_two(figures['best'])}" + (f", {others}" if others else "")
+                     + f" of the speed of light: floor {figures['floor_ms']:.4g} ms ({figures['bound']} bound, "
+                     f"{figures['source']} peaks); {figures['left_ms']:.4g} ms left on the table")
+    for kernel in report.get("below_floor", []):
+        why = figures["below_floor_reason"] if figures and report["best"]["id"] == kernel else ""
+        lines.append(f"FLAGGED    kernel {kernel} read below the floor: not a plain speedup"
+                     + (f" ({why})" if why else ""))
+    confirmed = report.get("confirmed")
+    if confirmed:
+        over = confirmed["speedup_over_seed"]
+        text = f"confirmed  {confirmed['rounds']} interleaved rounds"
+        if over:
+            text += (f": kernel {confirmed['best']} {over['median']:.3g}x over its seed {confirmed['seed']} "
+                     f"({over['low']:.3g}x-{over['high']:.3g}x)")
+        if confirmed["indistinct"]:
+            text += f"; it cannot be told apart from kernel(s) {', '.join(map(str, confirmed['indistinct']))}"
+        for failed in confirmed["failed"]:
+            text += f"; kernel {failed['id']} was not accepted again ({', '.join(failed['statuses'])})"
+        lines.append(text)
+    elif report.get("unconfirmed"):
+        lines.append(f"unconfirmed {report['unconfirmed']}")
+    if not confirmed and report.get("within_noise"):
+        ids = ", ".join(map(str, report["within_noise"]))
+        lines.append(f"noise      the best is not faster than kernel(s) {ids} beyond their timing spreads")
+    if report.get("confinement"):
+        lines.append(f"confined   {', '.join(report['confinement'])}")
+    return lines
+
+
+def _two(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2g}"
