@@ -3,12 +3,14 @@
 On a terminal it is one line redrawn in place (rich); otherwise (a log file,
 CI) a line is written at the first result, at every new best kernel and at
 most every ``interval_s`` seconds besides, so logs stay short. A sweep shows
-each run's line in turn, and one line for how each run ended.
+each run's line in turn, and one line for how each run ended; runs that go
+side by side write plain lines, each named after its run.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -29,8 +31,9 @@ from population_store import PENDING, RunStore
 class Progress(Observer):
     """Shows evaluations, the best runtime and speedup, status counts and evaluations/s."""
 
-    def __init__(self, console: Console, interval_s: float = 10.0) -> None:
+    def __init__(self, console: Console, interval_s: float = 10.0, label: str = "", live: bool = True) -> None:
         self.console, self.interval_s = console, interval_s
+        self.label, self.live = label, live
         self._live: Live | None = None
         self._line = self._shown = ""
         self._total = 0
@@ -45,7 +48,7 @@ class Progress(Observer):
         self._done_at_start = _done(store.status_counts())
         self._started = time.monotonic()
         self.console.print(f"kevo: run directory {run_dir}", highlight=False)
-        if self.console.is_terminal:
+        if self.console.is_terminal and self.live:
             self._live = Live(Text(""), console=self.console, refresh_per_second=4, transient=False)
             self._live.start()
 
@@ -55,7 +58,7 @@ class Progress(Observer):
         now = time.monotonic()
         done = _done(counts)
         rate = (done - self._done_at_start) / max(now - self._started, 1e-9)
-        self._line = _line(done, self._total, best[0].result if best else None, counts, rate)
+        self._line = self.label + _line(done, self._total, best[0].result if best else None, counts, rate)
         new_best = bool(best) and best[0].id != self._best_id
         self._best_id = best[0].id if best else None
         if self._live is not None:
@@ -81,17 +84,25 @@ class SweepProgress(SweepObserver):
 
     def __init__(self, console: Console) -> None:
         self.console = console
+        self._side_by_side = False
+        self._lock = threading.Lock()
 
     def started(self, sweep_dir: Path, entries: list[Entry]) -> None:
-        self.console.print(f"kevo sweep: {len(entries)} run(s) into {sweep_dir}", highlight=False)
+        self._side_by_side = max(entry.side_by_side for entry in entries) > 1
+        at_once = f", up to {max(e.side_by_side for e in entries)} at once" if self._side_by_side else ""
+        self.console.print(f"kevo sweep: {len(entries)} run(s) into {sweep_dir}{at_once}", highlight=False)
 
     @contextlib.contextmanager
     def run(self, name: str) -> Iterator[Progress]:
-        progress = Progress(self.console)
+        if self._side_by_side:  # several runs' lines at once: plain, named (one live line at a time)
+            progress = Progress(self.console, label=f"{name}: ", live=False)
+        else:
+            progress = Progress(self.console)
         try:
             yield progress
         finally:
-            progress.close()
+            with self._lock:
+                progress.close()
 
     def ended(self, outcome: Outcome) -> None:
         best = f"{outcome.speedup:.3g}x" if outcome.speedup else "no correct kernel"

@@ -5,7 +5,10 @@ goes through them: each problem (and variant) is a run of its own, with its
 own store, in ``SWEEP_DIR/NNN-name/`` next to the config it was started from,
 started or resumed here through ``evolve.session``. The runs go one after
 another on one pool of Ray actors (``evolve.dispatch.pool.SharedPool``: each
-actor keeps the evaluators of the current problem warm). Before any run
+actor keeps the evaluators of the current problem warm), or, with the sweep
+file's ``side_by_side: N``, up to N at once, each in a thread of its own and
+started in the sweep's order, their candidates sharing the actors (each
+actor serves whichever problem has work). Before any run
 starts, the sweep checks that this machine can evaluate its runs at all (the
 GPU they ask for, the Ray cluster they join). Running the same sweep again
 into the same directory (or ``kevo resume SWEEP_DIR``) skips the runs that
@@ -18,11 +21,14 @@ stderr come from one, ``evolve.progress.SweepProgress``).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
 import dataclasses
 import json
 import logging
+import queue
+import threading
 from contextlib import AbstractContextManager
 from pathlib import Path
 
@@ -34,7 +40,7 @@ from evolve.dispatch.ray import RayUnavailable
 from evolve.errors import USER_ERRORS
 from evolve.report import Outcome, sweep_summary
 from evolve.session import STORE_FILE, NoSeed, Observer, resume_run, start_run
-from evolve.sweep_file import Entry
+from evolve.sweep_file import DEFAULT_SIDE_BY_SIDE, Entry
 from evolve.sweep_file import load_sweep  # noqa: F401  (still imported from here by bench/seed_gap.py)
 from platforms import PlatformUnavailable
 from population_store import RunStore
@@ -85,12 +91,16 @@ def run_sweep(entries: list[Entry], sweep_dir: Path, *, observer: SweepObserver 
     if plan is not None:
         (sweep_dir / SWEEP_FILE).write_text(json.dumps(plan, indent=1), encoding="utf-8")
     observer.started(sweep_dir, entries)
-    outcomes = []
-    with SharedPool() as pool:
-        for entry in entries:
-            outcome = ended[entry.name] or _run(entry, sweep_dir / entry.name, pool, observer)
-            outcomes.append(outcome)
-            observer.ended(outcome)
+    width = max(entry.side_by_side for entry in entries)
+    with SharedPool(width) as pool:
+        if width == 1:
+            outcomes = []
+            for entry in entries:
+                outcome = ended[entry.name] or _run(entry, sweep_dir / entry.name, pool, observer)
+                outcomes.append(outcome)
+                observer.ended(outcome)
+        else:
+            outcomes = _side_by_side(entries, ended, sweep_dir, pool, observer, width)
         usage = pool.usage()
     summary = sweep_summary(outcomes)
     if usage is not None:
@@ -100,8 +110,50 @@ def run_sweep(entries: list[Entry], sweep_dir: Path, *, observer: SweepObserver 
     return outcomes
 
 
-def _run(entry: Entry, run_dir: Path, pool: SharedPool, observer: SweepObserver) -> Outcome:
-    """Start (or resume) ``entry``'s run on the pool; what it came to, failures included."""
+def _side_by_side(entries: list[Entry], ended: dict[str, Outcome | None], sweep_dir: Path, pool: SharedPool,
+                  observer: SweepObserver, width: int) -> list[Outcome]:
+    """Up to ``width`` runs at once, started in the sweep's order, each in a thread of its own;
+    their outcomes in the sweep's order. An interruption leaves the runs in flight as a kill
+    would (every result they committed stays; a resume goes on with them)."""
+    outcomes = {name: outcome for name, outcome in ended.items() if outcome is not None}
+    for outcome in outcomes.values():
+        observer.ended(outcome)
+    todo = collections.deque(entry for entry in entries if entry.name not in outcomes)
+    if todo:
+        first = todo[0]
+        pool.connect(config_from_dict(copy.deepcopy(first.config), origin=f"{sweep_dir / SWEEP_FILE}: {first.name}"))
+    done: queue.Queue = queue.Queue()
+    stopping = threading.Event()
+
+    def run(entry: Entry) -> None:
+        try:
+            done.put((entry, _run(entry, sweep_dir / entry.name, pool, observer, stopping)))
+        except BaseException as exc:  # handed to the sweep's thread, which raises it
+            done.put((entry, exc))
+
+    running = 0
+    try:
+        while todo or running:
+            while todo and running < width:
+                entry = todo.popleft()
+                threading.Thread(target=run, args=(entry,), name=f"kevo-run-{entry.name}", daemon=True).start()
+                running += 1
+            entry, outcome = done.get()
+            running -= 1
+            if isinstance(outcome, BaseException):
+                raise outcome
+            outcomes[entry.name] = outcome
+            observer.ended(outcome)
+    except BaseException:
+        stopping.set()  # the runs still going fail as the pool closes: that is no failure of theirs
+        raise
+    return [outcomes[entry.name] for entry in entries]
+
+
+def _run(entry: Entry, run_dir: Path, pool: SharedPool, observer: SweepObserver,
+         stopping: threading.Event | None = None) -> Outcome:
+    """Start (or resume) ``entry``'s run on the pool; what it came to, failures included (unless
+    the sweep is ``stopping``: then its failure is raised, not recorded)."""
     try:
         with observer.run(entry.name) as progress:
             try:
@@ -115,7 +167,9 @@ def _run(entry: Entry, run_dir: Path, pool: SharedPool, observer: SweepObserver)
                     log.info("sweep: starting %s", entry.name)
                     reason = start_run(config_path, run_dir, progress, dispatchers=pool)
             except Exception:
-                pool.close()  # the next run starts on fresh evaluators
+                if stopping is not None and stopping.is_set():
+                    raise _Stopped() from None
+                pool.after_failure()  # the next run starts on fresh evaluators
                 raise
         return _outcome(entry, run_dir, "finished", reason)
     except NoSeed as exc:  # seeds: compile gave none: skipped, with the reason, and not tried again
@@ -127,6 +181,10 @@ def _run(entry: Entry, run_dir: Path, pool: SharedPool, observer: SweepObserver)
         first = (str(exc).strip().splitlines() or [""])[0][:300]
         reason = f"kevo failed ({type(exc).__name__}: {first}); the traceback is in the log"
         return _ended(run_dir, FAILED_FILE, Outcome(entry.name, "failed", reason))
+
+
+class _Stopped(BaseException):
+    """The sweep stopped while this run went on: not an outcome (a resume goes on with the run)."""
 
 
 def _ended(run_dir: Path, file: str, outcome: Outcome) -> Outcome:
@@ -158,15 +216,18 @@ def _check_machine(entries: list[Entry], sweep_dir: Path) -> None:
 def _check_same_sweep(sweep_dir: Path, entries: list[Entry]) -> list[dict] | None:
     """The plan to write into ``SWEEP_FILE`` for a new sweep; None when ``sweep_dir`` holds this same
     sweep already; ``ConfigError`` when it holds another."""
-    plan = [{"name": e.name, "config": e.config, "skip": e.skip} for e in entries]
+    plan = [{"name": e.name, "config": e.config, "skip": e.skip, "side_by_side": e.side_by_side} for e in entries]
     path = sweep_dir / SWEEP_FILE
     if not path.exists():
         return plan
     stored = json.loads(path.read_text(encoding="utf-8"))
-    if [e["name"] for e in stored] != [e["name"] for e in plan] or stored != json.loads(json.dumps(plan)):
+    what = [{k: v for k, v in e.items() if k != "side_by_side"} for e in json.loads(json.dumps(plan))]
+    if [e["name"] for e in stored] != [e["name"] for e in plan] or [
+            {k: v for k, v in e.items() if k != "side_by_side"} for e in stored] != what:
         raise ConfigError(f"{sweep_dir} holds a different sweep ({SWEEP_FILE} differs); "
                           "choose another --run-dir, or run the sweep file it was started from")
-    return None
+    # the same sweep; how many runs go side by side may change from one go to the next
+    return plan if [e.get("side_by_side", 1) for e in stored] != [e.side_by_side for e in entries] else None
 
 
 def stored_entries(sweep_dir: Path) -> list[Entry] | None:
@@ -174,7 +235,8 @@ def stored_entries(sweep_dir: Path) -> list[Entry] | None:
     path = Path(sweep_dir) / SWEEP_FILE
     if not path.is_file():
         return None
-    return [Entry(e["name"], e["config"], e.get("skip", "")) for e in json.loads(path.read_text(encoding="utf-8"))]
+    return [Entry(e["name"], e["config"], e.get("skip", ""), e.get("side_by_side", DEFAULT_SIDE_BY_SIDE))
+            for e in json.loads(path.read_text(encoding="utf-8"))]
 
 
 def sweep_status(entries: list[Entry], sweep_dir: Path) -> list[Outcome]:

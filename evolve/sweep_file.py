@@ -2,6 +2,7 @@
 
 A sweep file names problems and the settings they share::
 
+    side_by_side: 4                # runs that share the evaluators at once (default 1: one after another)
     defaults:                      # any experiment keys, under every problem's own
       search: {population_size: 8, max_evaluations: 60}
       platform: cuda
@@ -37,7 +38,9 @@ from evolve.config import COMPILE_SEEDS, ConfigError, config_from_dict
 
 ENTRY_KEYS = {"config", "reference", "seeds", "shapes", "held_out_shapes", "variants", "folder",
               "seeds_folder", "name"}
-TOP_KEYS = {"defaults", "problems"}
+TOP_KEYS = {"defaults", "problems", "side_by_side"}
+#: Runs of a sweep that share the evaluators at once, unless the sweep file says ``side_by_side``.
+DEFAULT_SIDE_BY_SIDE = 1
 
 
 @dataclasses.dataclass
@@ -47,6 +50,7 @@ class Entry:
     name: str
     config: dict[str, Any]
     skip: str = ""  # why the run cannot happen (a problem without kernels and no LLM), or ""
+    side_by_side: int = DEFAULT_SIDE_BY_SIDE  # the sweep's: runs that share the evaluators at once
 
 
 def load_sweep(path: str | Path) -> list[Entry]:
@@ -62,7 +66,11 @@ def load_sweep(path: str | Path) -> list[Entry]:
         raise ConfigError(f"{path}: expected a mapping with 'problems' (and 'defaults')")
     unknown = sorted(set(data) - TOP_KEYS)
     if unknown:
-        raise ConfigError(f"{path}: unknown key '{unknown[0]}' (known keys: defaults, problems)")
+        raise ConfigError(f"{path}: unknown key '{unknown[0]}' (known keys: defaults, problems, side_by_side)")
+    side_by_side = data.get("side_by_side", DEFAULT_SIDE_BY_SIDE)
+    if isinstance(side_by_side, bool) or not isinstance(side_by_side, int) or side_by_side < 1:
+        raise ConfigError(f"{path}: side_by_side: expected an integer >= 1 (runs that share the evaluators at once), "
+                          f"got {side_by_side!r}")
     defaults = data.get("defaults") or {}
     if not isinstance(defaults, dict):
         raise ConfigError(f"{path}: defaults: expected a mapping of experiment keys")
@@ -77,7 +85,7 @@ def load_sweep(path: str | Path) -> list[Entry]:
         entries.extend(_expand(item, defaults, base, f"{path}: problems[{i}]"))
     names = [e.name for e in entries]
     for i, entry in enumerate(entries):
-        entry.name = f"{i:03d}-{entry.name}"
+        entry.name, entry.side_by_side = f"{i:03d}-{entry.name}", side_by_side
         if not entry.config["problem"].get("seeds") and not _llm_online(entry.config):
             entry.skip = ("no seed kernel, and no LLM to write one (set llm.model, give seeds_folder, "
                           "or write 'seeds: compile')")

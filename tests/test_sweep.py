@@ -252,3 +252,86 @@ def test_a_small_sweep_over_kernelbench_itself(tmp_path):
     assert {n for n, r in runs.items() if r["status"] == "finished"} == seeded
     assert all(r["status"] == "skipped" for n, r in runs.items() if n not in seeded)  # no seed, no LLM
     assert summary["correct"] == len(seeded) and summary["problems"] == len(runs)
+
+
+# -- problems side by side -------------------------------------------------------------
+
+
+def in_progress(run_dir: Path) -> bool:
+    """The run has committed a result and not stopped yet."""
+    store = run_dir / STORE_FILE
+    if not store.exists():
+        return False
+    with RunStore.open(store, readonly=True) as s:
+        return any(i.status != "pending" for i in s.individuals()) and not s.events("stopped")
+
+
+@pytest.mark.slow
+def test_problems_side_by_side_share_the_evaluators_and_resume_after_kill_9(tmp_path):
+    """Three runs at once on two Ray actors; killed while two are under way, resumed to every budget."""
+    names = ["elementwise", "softmax", "gelu", "rmsnorm"]
+    defaults = {**DEFAULTS, "search": {"population_size": 2, "max_evaluations": 4, "seed": 1},
+                "cluster": {"actors": 2}, "profiler": {"enabled": False}}
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(yaml.safe_dump({"side_by_side": 3, "defaults": defaults,
+                                     "problems": [problem(name) for name in names]}))
+    assert {e.side_by_side for e in load_sweep(sweep)} == {3}
+    run_dir = tmp_path / "sweep"
+    proc = subprocess.Popen([sys.executable, "-m", "evolve.cli", "sweep", str(sweep), "--run-dir", str(run_dir)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    deadline = time.monotonic() + 400
+    runs = [run_dir / f"{i:03d}-{name}" for i, name in enumerate(names)]
+    while time.monotonic() < deadline and proc.poll() is None:
+        if sum(in_progress(run) for run in runs) >= 2:  # two problems evaluated at once
+            break
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(30)
+    done = kevo("resume", run_dir, "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout)
+    assert [r["name"] for r in summary["runs"]] == [run.name for run in runs]  # the sweep's order
+    for run in runs:  # each run's store as it would be alone: its budget exactly, nothing twice
+        with RunStore.open(run / STORE_FILE, readonly=True) as s:
+            rows = s.individuals()
+            assert len(rows) == 4 and all(r.status != "pending" for r in rows), run.name
+            assert len({r.source_hash for r in rows}) == 4
+            assert s.events("stopped")[-1]["data"]["reason"] == "max_evaluations reached (4)"
+    usage = json.loads((run_dir / SUMMARY_FILE).read_text())["evaluators"]
+    assert 0 < usage["busy_share"] <= 1, usage
+    assert "up to 3 at once" in done.stderr and "evaluators busy" in done.stderr
+
+
+def test_side_by_side_is_a_count_of_runs(tmp_path):
+    for value in (0, "two", True):
+        sweep = tmp_path / "s.yaml"
+        sweep.write_text(yaml.safe_dump({"side_by_side": value, "problems": [problem("softmax")]}))
+        with pytest.raises(ConfigError, match="side_by_side: expected an integer >= 1"):
+            load_sweep(sweep)
+
+
+def test_runs_side_by_side_in_process_end_in_the_sweep_s_order(tmp_path, monkeypatch):
+    """Without Ray each run has its own evaluator; the threads start the runs in order and the
+    outcomes come back in the sweep's order, whichever ends first."""
+    import threading
+
+    sweep = write_sweep(tmp_path / "s.yaml", [problem("elementwise"), problem("softmax"), problem("matmul")])
+    text = yaml.safe_load(sweep.read_text())
+    sweep.write_text(yaml.safe_dump({**text, "side_by_side": 2}))
+    entries = load_sweep(sweep)
+    started, both = [], threading.Barrier(2, timeout=30)
+
+    def start(config_path: Path, run_dir: Path, observer, dispatchers) -> str:
+        started.append(run_dir.name)
+        if len(started) <= 2:
+            both.wait()  # the first two runs go at once
+        if run_dir.name.startswith("000"):
+            time.sleep(0.3)  # the first ends last
+        raise RuntimeError(f"stand-in run {run_dir.name}")
+
+    monkeypatch.setattr("evolve.sweep.start_run", start)
+    outcomes = run_sweep(entries, tmp_path / "out")
+    assert started[:2] in ([entries[0].name, entries[1].name], [entries[1].name, entries[0].name])
+    assert [o.name for o in outcomes] == [e.name for e in entries]
+    assert all(o.status == "failed" and "stand-in run" in o.reason for o in outcomes)

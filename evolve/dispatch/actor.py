@@ -52,10 +52,11 @@ class EvaluatorActor:
     each by its own evaluator (its own sandboxed worker), so compiling and
     checking overlap while timing takes the device's one timing lane
     (``fitness.lane``) and runs alone. Evaluators are kept per problem
-    (``EvaluatorSpec``), so one pool of actors serves a sweep; only the most
-    recent problems keep theirs, and the workers of the ones forgotten are
-    reset and handed to the next problem's evaluators (a worker takes seconds
-    to start). The evaluators of one problem share one ``PreparedProblem``
+    (``EvaluatorSpec``), so one pool of actors serves a sweep; only the
+    ``keep_problems`` problems used most recently keep theirs (more than one
+    when a sweep runs problems side by side), and the workers of the ones
+    forgotten are reset and handed to the next problem's evaluators (a worker
+    takes seconds to start). The evaluators of one problem share one ``PreparedProblem``
     (its reference, held-out variants and memory plan).
 
     The memory plan decides how many evaluations run at once: as many slots
@@ -68,16 +69,15 @@ class EvaluatorActor:
     ``prepare`` and ``evaluate``, so the driver sees the original error.
     """
 
-    # Only the current problem keeps its evaluators: an idle worker of the last one still
-    # holds device memory (its model, its allocator's cache) that the next one may need;
-    # handed over, it is reset first (Harness.reset), keeping only its context.
-    KEEP_PROBLEMS = 1
-
-    def __init__(self, home: str | None = None, slots: int = 1) -> None:
+    def __init__(self, home: str | None = None, slots: int = 1, keep_problems: int = 1) -> None:
         if home is not None:
             os.environ["HOME"] = home  # undo the bootstrap HOME the local head was started with
         self.lane = TimingLane()
         self.slots = slots
+        # By default only the current problem keeps its evaluators: an idle worker of the last one
+        # still holds device memory (its model, its allocator's cache) that the next one may need;
+        # handed over, it is reset first (Harness.reset), keeping only its context.
+        self.keep_problems = keep_problems
         self._gate = threading.Condition()
         self._in_flight = 0
         self._limit: dict[EvaluatorSpec, int] = {}  # evaluations at once, per problem
@@ -176,6 +176,8 @@ class EvaluatorActor:
         with self._lock:
             if spec in self._errors:
                 raise self._errors[spec]
+            if spec in self._all:  # most recently used last: _forget_old forgets from the front
+                self._all[spec] = self._all.pop(spec)
             free = self._free.setdefault(spec, [])
             if free:
                 return free.pop()
@@ -211,7 +213,7 @@ class EvaluatorActor:
     def _forget_old(self, current: EvaluatorSpec) -> None:
         """Close idle evaluators of all but the most recent problems, keeping their workers
         (reset) for the next ones, up to one per slot (called with the lock held)."""
-        for spec in list(self._all)[:-self.KEEP_PROBLEMS]:
+        for spec in list(self._all)[:-self.keep_problems]:
             if spec == current:
                 continue
             for evaluator in self._free.pop(spec, []):

@@ -20,6 +20,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from fitness import CutoffError, ProblemError
+from platforms import PlatformUnavailable
+
 log = logging.getLogger(__name__)
 
 # Environment of Ray processes that must reach nothing but loopback.
@@ -96,6 +99,25 @@ def start_ray(address: str | None = None, num_cpus: int | None = None, num_gpus:
             del os.environ["HOME"]
         else:
             os.environ["HOME"] = home
+
+
+def actor_errors(ray: Any) -> tuple[type[Exception], ...]:
+    """What a call to an actor raises when the actor is dead or could not be placed (its node gone)."""
+    return ray.exceptions.RayActorError, ray.exceptions.ActorUnschedulableError
+
+
+def get_answer(ray: Any, ref: Any, timeout_s: float, waited: str) -> Any:
+    """An actor's answer; ``RayUnavailable`` when it does not come within ``timeout_s`` (``waited``
+    says how long was allowed), and the original error of a problem the actor's evaluator refuses."""
+    try:
+        return ray.get(ref, timeout=timeout_s)
+    except ray.exceptions.GetTimeoutError:
+        raise RayUnavailable(f"the Ray evaluator actors were not ready within {waited} "
+                             f"(the cluster has {ray.available_resources()} free)") from None
+    except ray.exceptions.RayTaskError as exc:
+        if isinstance(exc.cause, (ProblemError, CutoffError, PlatformUnavailable)):
+            raise exc.cause from None
+        raise exc.as_instanceof_cause() from None
 
 
 def _cluster_errors_to_stderr() -> None:

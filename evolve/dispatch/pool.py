@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
@@ -25,7 +26,9 @@ from typing import Any
 
 from evolve.config import Config, ConfigError, PlatformName
 from evolve.dispatch.base import Dispatcher, InProcessDispatcher, evaluator_info
+from evolve.dispatch.connect import start_ray
 from evolve.dispatch.ray import EvaluatorSpec, RayDispatcher, RayUnavailable
+from evolve.dispatch.share import SharedDispatcher
 from fitness import EvalSettings, Evaluator
 from platforms import get_platform
 from platforms.profiling import ProfilerConfigError
@@ -134,9 +137,12 @@ class SharedPool:
     """Hands every run of a sweep the same Ray actors, pointed at the run's problem.
 
     Called like ``make_dispatcher(config)``. Runs that evaluate in process
-    (no Ray) get their own evaluator each, as usual. ``close`` stops the
-    actors; the next run that needs them starts fresh ones (a sweep closes
-    the pool after a run that raised).
+    (no Ray) get their own evaluator each, as usual. With ``side_by_side`` > 1
+    up to that many runs use the pool at once, from their own threads, each
+    through a view of one ``SharedDispatcher`` (every actor keeps the
+    evaluators of that many problems). ``close`` stops the actors; the next
+    run that needs them starts fresh ones (a sweep of runs one after another
+    closes the pool after a run that raised).
 
     >>> with SharedPool() as pool:  # doctest: +SKIP
     ...     for config in configs:
@@ -144,8 +150,11 @@ class SharedPool:
     ...             ...
     """
 
-    def __init__(self) -> None:
+    def __init__(self, side_by_side: int = 1) -> None:
+        self.side_by_side = side_by_side
         self.dispatcher: RayDispatcher | None = None
+        self._shared: SharedDispatcher | None = None
+        self._lock = threading.Lock()  # runs side by side start the actors once
         self._started = time.monotonic()
         self._busy_s = self._slot_s = 0.0
         self._nodes: collections.Counter[str] = collections.Counter()
@@ -159,34 +168,63 @@ class SharedPool:
                 finally:
                     self._count(made[0])
             return
-        with _profiler_paths_are_config():
+        with _profiler_paths_are_config(), self._lock:
             if self.dispatcher is None:
-                self.dispatcher = _ray_dispatcher(config)
-            else:
+                self.dispatcher = _ray_dispatcher(config, keep_problems=self.side_by_side)
+            elif self.side_by_side == 1:
                 self.dispatcher.retarget(evaluator_spec(config))
+            if self.side_by_side > 1 and self._shared is None:
+                self._shared = SharedDispatcher(self.dispatcher)
+            shared = self._shared
+        if shared is not None:
+            with _profiler_paths_are_config():
+                view = shared.view(evaluator_spec(config))
+            with view:
+                yield view, dict(view.info)
+            return
         try:
             yield self.dispatcher, dict(self.dispatcher.info)
         finally:
             for _ in self.dispatcher.results():  # a run that raised may leave work in flight:
                 pass  # its keys would mean other individuals in the next run's store
 
+    def connect(self, config: Config) -> None:
+        """Join (or start) Ray for ``config`` now, in this thread, when its runs use Ray.
+
+        A local instance must be started by a thread that outlives it: Ray's
+        processes die with the thread that started them (Linux's parent-death
+        signal follows the thread), so a sweep whose runs go side by side, each
+        in a thread that ends with its run, connects from its own thread first.
+        """
+        if uses_ray(config):
+            start_ray(config.cluster.address)
+
+    def after_failure(self) -> None:
+        """A run raised: the next run starts on fresh evaluators, unless others share them now."""
+        if self.side_by_side == 1:
+            self.close()
+
     def usage(self) -> dict[str, Any] | None:
         """How busy the evaluators were (``SlotUsage``) over every run so far, from the moment each
         pool of evaluators was ready, with the wall since the pool was made and the results returned
         per Ray node; None before any run evaluated."""
-        busy_s, slot_s = self._busy_s, self._slot_s
-        nodes = collections.Counter(self._nodes)
-        if self.dispatcher is not None:
-            stats = self.dispatcher.usage.stats()
-            busy_s, slot_s = busy_s + stats["busy_s"], slot_s + stats["slot_s"]
-            nodes.update(self.dispatcher.served_on)
+        with self._lock:
+            busy_s, slot_s = self._busy_s, self._slot_s
+            nodes = collections.Counter(self._nodes)
+            if self.dispatcher is not None:
+                stats = self.dispatcher.usage.stats()
+                busy_s, slot_s = busy_s + stats["busy_s"], slot_s + stats["slot_s"]
+                nodes.update(self.dispatcher.served_on)
         if slot_s <= 0:
             return None
         return {"busy_share": busy_s / slot_s, "busy_s": busy_s, "slot_s": slot_s,
                 "wall_s": time.monotonic() - self._started, "results_by_node": dict(nodes)}
 
     def close(self) -> None:
-        """Stop the actors, if any were started."""
+        """Stop the actors, if any were started (runs still using them raise ``PoolClosed``)."""
+        if self._shared is not None:
+            self._shared.close()
+            self._shared = None
         if self.dispatcher is not None:
             self.dispatcher.close()
             self._count(self.dispatcher)
@@ -194,10 +232,10 @@ class SharedPool:
 
     def _count(self, dispatcher: Dispatcher) -> None:
         usage = getattr(dispatcher, "usage", None)  # a test's stand-in dispatcher may not count
-        if usage is not None:
-            stats = usage.stats()
+        stats = usage.stats() if usage is not None else {"busy_s": 0.0, "slot_s": 0.0}
+        with self._lock:
             self._busy_s, self._slot_s = self._busy_s + stats["busy_s"], self._slot_s + stats["slot_s"]
-        self._nodes.update(getattr(dispatcher, "served_on", {}))
+            self._nodes.update(getattr(dispatcher, "served_on", {}))
 
     def __enter__(self) -> "SharedPool":
         return self
@@ -206,12 +244,12 @@ class SharedPool:
         self.close()
 
 
-def _ray_dispatcher(config: Config) -> RayDispatcher:
+def _ray_dispatcher(config: Config, keep_problems: int = 1) -> RayDispatcher:
     cluster = config.cluster
     if cluster.address is not None:
         check_address(cluster.address)
     return RayDispatcher(evaluator_spec(config), num_actors=cluster.actors, address=cluster.address,
-                         slots=cluster.slots)
+                         slots=cluster.slots, keep_problems=keep_problems)
 
 
 @contextlib.contextmanager

@@ -39,10 +39,9 @@ from typing import Any
 
 from evolve.dispatch.actor import EvaluatorActor, EvaluatorSpec
 from evolve.dispatch.base import Dispatcher, SlotUsage
-from evolve.dispatch.connect import RayUnavailable, import_ray, start_ray
+from evolve.dispatch.connect import RayUnavailable, actor_errors, get_answer, import_ray, start_ray
 from evolve.dispatch.fleet import NODE_CHECK_S, Fleet, actor_plan
-from fitness import CutoffError, EvalResult, ProblemError, Status
-from platforms import PlatformUnavailable
+from fitness import EvalResult, Status
 
 __all__ = ["EvaluatorActor", "EvaluatorSpec", "RayDispatcher", "RayUnavailable", "start_ray"]
 
@@ -80,7 +79,7 @@ class RayDispatcher(Dispatcher):
 
     def __init__(self, spec: EvaluatorSpec, num_actors: int | None = None, address: str | None = None,
                  ready_timeout_s: float = 600.0, slots: int | None = None, actor_class: type | None = None,
-                 actor_options: dict[str, Any] | None = None) -> None:
+                 actor_options: dict[str, Any] | None = None, keep_problems: int = 1) -> None:
         if num_actors is not None and num_actors < 1:
             raise ValueError(f"num_actors must be at least 1 (or None for one per GPU), got {num_actors}")
         if slots is not None and slots < 1:
@@ -91,8 +90,9 @@ class RayDispatcher(Dispatcher):
         self.slots = slots or (DEFAULT_GPU_SLOTS if plan.resource == "GPU" else 1)
         # actor_class/actor_options: a stand-in actor with EvaluatorActor's methods (simulations, benchmarks)
         options = {**plan.options, "max_concurrency": self.slots, **(actor_options or {})}
-        # kevo's own actor fits its slots to the device's memory (stand-ins take none)
-        kwargs = {"slots": self.slots} if actor_class is None else {}
+        # kevo's own actor fits its slots to the device's memory, and keeps the evaluators of the
+        # problems of a sweep that go side by side (stand-ins take neither)
+        kwargs = {"slots": self.slots, "keep_problems": keep_problems} if actor_class is None else {}
         home = os.environ.get("HOME") if address is None else None  # see connect.bootstrap_home
         self._fleet = Fleet(ray, ray.remote(actor_class or EvaluatorActor), plan, options, (home,), kwargs)
         self._spec = spec
@@ -140,7 +140,7 @@ class RayDispatcher(Dispatcher):
             for actor, ref in asked.items():
                 try:
                     infos.append(self._get(ref, max(0.0, deadline - time.monotonic())))
-                except self._actor_errors() as exc:
+                except actor_errors(self._ray) as exc:
                     self._actor_lost(actor, exc)
                     continue
                 self.pids[actor] = infos[-1]["pid"]
@@ -180,7 +180,7 @@ class RayDispatcher(Dispatcher):
             return False, None
         try:
             return True, ray.get(handle)
-        except self._actor_errors() as exc:
+        except actor_errors(self._ray) as exc:
             log.warning("the Ray actor profiling a parent died (%s); it goes without a profile", type(exc).__name__)
             return True, None
         except ray.exceptions.RayTaskError as exc:  # ProblemError (a bad FLOPS), or a bug of kevo
@@ -214,16 +214,21 @@ class RayDispatcher(Dispatcher):
         self._pump(0)
         return len(self._verdicts)
 
-    def cancel(self) -> list[Any]:
-        """Drop every candidate in flight. Those running go on in their actors (an evaluation
-        cannot be stopped halfway without losing its worker); their slots are free again when they end."""
-        keys = [job.key for job in self._queue] + [key for key, _ in self._verdicts]
-        keys += [job.key for job in self._running.values() if not job.dropped]
+    def cancel(self, keys: Any = None) -> list[Any]:
+        """Drop every candidate in flight (or those of ``keys``, a set). Those running go on in their
+        actors (an evaluation cannot be stopped halfway without losing its worker); their slots are
+        free again when they end."""
+        def hit(key: Any) -> bool:
+            return keys is None or key in keys
+
+        dropped = [job.key for job in self._queue if hit(job.key)] + [key for key, _ in self._verdicts if hit(key)]
         for job in self._running.values():
-            job.dropped = True
-        self._queue.clear()
-        self._verdicts.clear()
-        return keys
+            if hit(job.key) and not job.dropped:
+                job.dropped = True
+                dropped.append(job.key)
+        self._queue = collections.deque(job for job in self._queue if not hit(job.key))
+        self._verdicts = collections.deque((key, r) for key, r in self._verdicts if not hit(key))
+        return dropped
 
     def close(self) -> None:
         """Stop every actor (and so its evaluator's worker); queued work is dropped."""
@@ -302,7 +307,7 @@ class RayDispatcher(Dispatcher):
         ray = self._ray
         try:
             values = ray.get(refs)
-        except (*self._actor_errors(), ray.exceptions.RayTaskError):
+        except (*actor_errors(self._ray), ray.exceptions.RayTaskError):
             for ref in refs:  # one of them failed: take them one by one
                 self._collect(ref)
             return
@@ -314,7 +319,7 @@ class RayDispatcher(Dispatcher):
         job = self._running.pop(ref)
         try:
             value = ray.get(ref)
-        except self._actor_errors() as exc:
+        except actor_errors(self._ray) as exc:
             self.usage.release(job.held)
             self._lost(job, exc)
             return
@@ -379,19 +384,5 @@ class RayDispatcher(Dispatcher):
                         job.key, type(exc).__name__)
             self._queue.appendleft(dataclasses.replace(job, actor=None, solo=True, held=1))
 
-    def _actor_errors(self) -> tuple[type[Exception], ...]:
-        """What a call to an actor raises when the actor is dead or could not be placed (its node gone)."""
-        errors = self._ray.exceptions
-        return errors.RayActorError, errors.ActorUnschedulableError
-
     def _get(self, ref: Any, timeout_s: float) -> Any:
-        ray = self._ray
-        try:
-            return ray.get(ref, timeout=timeout_s)
-        except ray.exceptions.GetTimeoutError:
-            raise RayUnavailable(f"the Ray evaluator actors were not ready within {self._ready_timeout_s:.0f} s "
-                                 f"(plan {self._fleet.plan}; cluster has {ray.available_resources()})") from None
-        except ray.exceptions.RayTaskError as exc:
-            if isinstance(exc.cause, (ProblemError, CutoffError, PlatformUnavailable)):
-                raise exc.cause from None
-            raise exc.as_instanceof_cause() from None
+        return get_answer(self._ray, ref, timeout_s, f"{self._ready_timeout_s:.0f} s (plan {self._fleet.plan})")
