@@ -38,7 +38,7 @@ from evolve.config import ConfigError, config_from_dict
 from evolve.dispatch.pool import SharedPool, check_can_evaluate
 from evolve.dispatch.ray import RayUnavailable
 from evolve.errors import USER_ERRORS
-from evolve.report import Outcome, sweep_summary
+from evolve.report import Outcome, run_outcome, sweep_summary
 from evolve.session import STORE_FILE, NoSeed, Observer, resume_run, start_run
 from evolve.sweep_file import DEFAULT_SIDE_BY_SIDE, Entry
 from evolve.sweep_file import load_sweep  # noqa: F401  (still imported from here by bench/seed_gap.py)
@@ -269,12 +269,4 @@ def _previous(entry: Entry, run_dir: Path) -> Outcome | None:
 
 
 def _outcome(entry: Entry, run_dir: Path, status: str, reason: str) -> Outcome:
-    with RunStore.open(run_dir / STORE_FILE, readonly=True) as store:
-        best = store.best(1)
-        count = store.count()
-    outcome = Outcome(entry.name, status, reason, evaluations=count)
-    if best:
-        result = best[0].result
-        outcome.best_ms, outcome.reference_ms = result["runtime_ms"], result.get("reference_ms")
-        outcome.speedup = result.get("speedup")
-    return outcome
+    return run_outcome(entry.name, status, reason, run_dir)
