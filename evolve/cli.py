@@ -286,6 +286,19 @@ def _print_applied(r) -> None:
         print(f"bound      {bound} (Amdahl: the patched regions are {r.covered:.1%} of the model){expected}")
 
 
+def _shape_and_device(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--shape NAME=VALUE`` (repeatable) and ``--device``, as ``verify`` and ``extract`` take them."""
+    parser.add_argument("--shape", type=_parse_shape, action="append", metavar="NAME=VALUE",
+                        help=f"override a module-level integer of the {what} (repeatable)")
+    parser.add_argument("--device", choices=PLATFORM_NAMES, default="auto")
+
+
+def _json_output(parser: argparse.ArgumentParser, func: Any, help_text: str) -> None:
+    """A command's ``--json`` switch (``help_text`` says what it prints) and the function it runs."""
+    parser.add_argument("--json", action="store_true", help=help_text)
+    parser.set_defaults(func=func)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kevo", description="Evolve faster Triton kernels you can trust.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress to stderr")
@@ -296,17 +309,14 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("candidate", metavar="CANDIDATE.py")
     verify.add_argument("--max-abs-diff", type=_positive_float, default=None,
                         help="cutoff on max |out - ref| (default: the problem's MAX_ABS_DIFF, else 1e-2)")
-    verify.add_argument("--shape", type=_parse_shape, action="append", metavar="NAME=VALUE",
-                        help="override a module-level integer of the problem (repeatable)")
-    verify.add_argument("--device", choices=PLATFORM_NAMES, default="auto")
+    _shape_and_device(verify, "problem")
     verify.add_argument("--dtype", choices=DTYPES, default=None,
                         help="cast the floating-point inputs and weights to this precision (default: as the problem makes them)")
     verify.add_argument("--timeout", type=_positive_float, default=None, metavar="SECONDS",
                         help="time limit per step of the evaluation (default 300)")
     verify.add_argument("--no-probes", action="store_true",
                         help="check on the problem's own input draws only, not on probe inputs from a wider domain")
-    verify.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    verify.set_defaults(func=cmd_verify)
+    _json_output(verify, cmd_verify, "print one JSON object on stdout")
 
     run = sub.add_parser("run", help="start an evolutionary search described by a YAML config")
     run.add_argument("config", metavar="CONFIG.yaml")
@@ -316,21 +326,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     resume = sub.add_parser("resume", help="continue a stopped or killed run (or sweep) to its budget")
     resume.add_argument("run_dir", metavar="RUN_DIR")
-    resume.add_argument("--json", action="store_true", help="a sweep's summary as one JSON object on stdout")
-    resume.set_defaults(func=cmd_resume)
+    _json_output(resume, cmd_resume, "a sweep's summary as one JSON object on stdout")
 
     report = sub.add_parser("report", help="what a run found: top kernels, statuses, a plot, the best lineage")
     report.add_argument("run_dir", metavar="RUN_DIR")
-    report.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    report.set_defaults(func=cmd_report)
+    _json_output(report, cmd_report, "print one JSON object on stdout")
 
     sweep = sub.add_parser("sweep", help="many problems (x shape variants) as one resumable job")
     sweep.add_argument("sweep", metavar="SWEEP.yaml")
     sweep.add_argument("--run-dir", metavar="DIR", default=None,
                        help="where the sweep's runs are stored (default: runs/<sweep stem>-<timestamp>); "
                             "the same sweep into the same directory goes on where it stopped")
-    sweep.add_argument("--json", action="store_true", help="print the summary as one JSON object on stdout")
-    sweep.set_defaults(func=cmd_sweep)
+    _json_output(sweep, cmd_sweep, "print the summary as one JSON object on stdout")
 
     export = sub.add_parser("export", help="the source of a run's best accepted kernel")
     export.add_argument("run_dir", metavar="RUN_DIR")
@@ -348,15 +355,12 @@ def build_parser() -> argparse.ArgumentParser:
     extract.add_argument("model", metavar="MODEL.py")
     extract.add_argument("-o", "--output", metavar="DIR", required=True,
                          help="where the problem files, sweep.yaml and manifest.json go")
-    extract.add_argument("--shape", type=_parse_shape, action="append", metavar="NAME=VALUE",
-                         help="override a module-level integer of the model file (repeatable)")
-    extract.add_argument("--device", choices=PLATFORM_NAMES, default="auto")
+    _shape_and_device(extract, "model file")
     extract.add_argument("--cover", type=_share, default=0.8,
                          help="write the hottest regions until they cover this share of the model's time (default 0.8)")
     extract.add_argument("--no-compile", action="store_true",
                          help="do not time the regions and the model under torch.compile")
-    extract.add_argument("--json", action="store_true", help="print the manifest as one JSON object on stdout")
-    extract.set_defaults(func=cmd_extract)
+    _json_output(extract, cmd_extract, "print the manifest as one JSON object on stdout")
 
     apply = sub.add_parser("apply", help="a sweep's best kernels back in the model: checked and timed end to end")
     apply.add_argument("model", metavar="MODEL.py")
@@ -366,8 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="cutoff on the model's max |out - ref| (default: its MAX_ABS_DIFF, else derived "
                             "from its outputs as verify derives one)")
     apply.add_argument("--checks", type=int, default=3, help="fresh input sets the model is checked on (default 3)")
-    apply.add_argument("--json", action="store_true", help="print one JSON object on stdout")
-    apply.set_defaults(func=cmd_apply)
+    _json_output(apply, cmd_apply, "print one JSON object on stdout")
     return parser
 
 
