@@ -135,6 +135,7 @@ class LlmConfig:
     concurrency: int = 4  # requests in flight at once
     max_cost_usd: float | None = None  # stop asking the LLM once this much is spent (resumes included)
     initial_seeds: int = 8  # first kernels the LLM writes when problem.seeds is empty
+    repair_turns: int = 2  # times a failed LLM attempt goes back to its model with the verdict; 0: never
     prices: dict[str, Price] = dataclasses.field(default_factory=dict)  # for models litellm has no price for
 
     @property
@@ -366,6 +367,7 @@ def _check_llm(config: Config, require: typing.Callable[[bool, str, str], None])
         require(getattr(llm, key) >= 1, f"llm.{key}", "must be at least 1")
     require(llm.max_tokens is None or llm.max_tokens >= 1, "llm.max_tokens", "must be at least 1 (or left out)")
     require(llm.retries >= 0, "llm.retries", "must be at least 0")
+    require(llm.repair_turns >= 0, "llm.repair_turns", "must be at least 0 (0: a failed attempt is not sent back)")
     require(llm.timeout_s > 0, "llm.timeout_s", "must be positive")
     require(llm.max_cost_usd is None or llm.max_cost_usd > 0, "llm.max_cost_usd", "must be positive (or left out)")
     require(all(p.input >= 0 and p.output >= 0 for p in llm.prices.values()), "llm.prices",

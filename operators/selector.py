@@ -11,6 +11,11 @@ drawn in proportion to ``weight x bias x θ``, θ sampled from that posterior
 more, none starves). All randomness comes from the ``random.Random`` given,
 so a seed reproduces the choices; ``state()`` and ``from_state()`` carry
 what was learnt across a resume.
+
+"Improved" allows for timing noise (``improved``): a child counts as better
+than its parent only when their times differ by more than their spreads.
+``ModelChooser`` draws the model of each LLM request in the same way, from
+what each model's children achieved per dollar.
 """
 
 from __future__ import annotations
@@ -193,3 +198,96 @@ def _checked_class(bottleneck: str) -> str:
     if bottleneck not in BOTTLENECK_CLASSES:
         raise ValueError(f"unknown bottleneck class {bottleneck!r} (known: {', '.join(BOTTLENECK_CLASSES)})")
     return bottleneck
+
+
+def improved(runtime_ms: float | None, spread: float | None, parent_ms: float | None,
+             parent_spread: float | None) -> bool:
+    """Whether a kernel timed at ``runtime_ms`` beats its parent's ``parent_ms`` by more than the timing noise.
+
+    A spread is the verdict's ``runtime_spread``, the relative (p90 - p10) /
+    median of its timed runs. Each time is taken as median x (1 +- spread / 2);
+    the child improved when the top of its range lies below the bottom of
+    its parent's. Without spreads, any faster time counts.
+
+    >>> improved(0.9, 0.0, 1.0, None), improved(0.95, 0.1, 1.0, 0.1), improved(0.8, 0.1, 1.0, 0.1)
+    (True, False, True)
+    """
+    if runtime_ms is None or parent_ms is None:
+        return False
+    return runtime_ms * (1 + (spread or 0.0) / 2) < parent_ms * (1 - (parent_spread or 0.0) / 2)
+
+
+class ModelChooser:
+    """Which of the configured models writes the next LLM child: improvements per dollar, learnt as the run goes.
+
+    Each model has its weight ``w`` (``llm.models``), the requests it was
+    judged on ``n`` (a reply that gave no kernel counts, a failed or slower
+    kernel counts), the improvements among them ``k`` (``improved``), and its
+    mean cost per request ``c`` in USD (from the run's accounting, ``price``).
+    A draw samples ``theta ~ Beta(a + k, b + n - k)`` per model (the same prior
+    as the operator selector's) and picks a model with probability
+    proportional to ``w * theta / c``: Thompson-style sampling of improvements
+    per dollar, in which no model starves. A model with no paid reply yet
+    costs the mean of the others (1 when none has one); a model's cost is at
+    least 1% of the dearest one's, so a free local model is favoured but not
+    without bound. With one model there is nothing to draw (and no draw is
+    taken from the generator).
+
+    >>> chooser = ModelChooser({"openai/a": 1.0, "openai/b": 1.0}, random.Random(0))
+    >>> chooser.choose() in ("openai/a", "openai/b")
+    True
+    """
+
+    def __init__(self, weights: Mapping[str, float], rng: random.Random, state: Mapping[str, Any] | None = None,
+                 prior_rate: float = 0.2, prior_strength: float = 2.0) -> None:
+        self.weights = _checked(weights, "model")
+        self.rng = rng
+        self.prior_rate, self.prior_strength = prior_rate, prior_strength
+        self.stats = {model: ArmStats() for model in self.weights}
+        for model, (tries, improvements) in (state or {}).get("stats", {}).items():
+            if model in self.stats:
+                self.stats[model] = ArmStats(int(tries), int(improvements))
+        # USD per request, for the models that have paid replies
+        self.costs = {m: float(c) for m, c in (state or {}).get("costs", {}).items() if m in self.weights}
+
+    def choose(self) -> str:
+        """The model for the next request."""
+        models = [m for m, w in self.weights.items() if w > 0]
+        if len(models) == 1:
+            return models[0]
+        known = list(self.costs.values())
+        default = sum(known) / len(known) if known else 1.0
+        least = 0.01 * max(known, default=default) or 1e-12
+        scores = []
+        for model in models:
+            stats = self.stats[model]
+            theta = self.rng.betavariate(self.prior_strength * self.prior_rate + stats.improvements,
+                                         self.prior_strength * (1 - self.prior_rate) + stats.tries
+                                         - stats.improvements)
+            scores.append(self.weights[model] * theta / max(self.costs.get(model, default), least))
+        point = self.rng.random() * sum(scores)
+        for model, score in zip(models, scores):
+            point -= score
+            if point < 0:
+                return model
+        return models[-1]
+
+    def update(self, model: str, improved: bool) -> None:
+        """Record one judged request of ``model``."""
+        if model in self.stats:  # "" for a request the budget refused: no model was asked
+            self.stats[model].tries += 1
+            self.stats[model].improvements += bool(improved)
+
+    def price(self, usage: Mapping[str, tuple[int, float]]) -> None:
+        """Take each model's paid requests and their cost in USD (the run's accounting) as its cost per request."""
+        self.costs = {m: cost / requests for m, (requests, cost) in usage.items() if m in self.weights and requests}
+
+    def state(self) -> dict[str, Any]:
+        """What was learnt, JSON-safe."""
+        return {"stats": {m: [s.tries, s.improvements] for m, s in self.stats.items() if s.tries},
+                "costs": dict(self.costs)}
+
+    def table(self) -> list[dict[str, Any]]:
+        """Per model: requests judged, improvements, USD per request (the report's view)."""
+        return [{"model": m, "tries": s.tries, "improvements": s.improvements, "usd_per_request": self.costs.get(m)}
+                for m, s in self.stats.items()]

@@ -10,11 +10,13 @@ clear result, and a resumed run must not pay for a reply twice.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 import logging
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -154,8 +156,11 @@ def test_the_prompt_carries_problem_cutoff_platform_parent_profile_and_focus(ser
     system, user = (m["content"] for m in body["messages"])
     assert body["model"] == "gpt-4o-mini" and body["temperature"] == 0.3 and body["max_tokens"] == 2048
     assert "class ModelNew(torch.nn.Module)" in system and "It imports only `torch`" in system
-    assert REFERENCE.strip() in user and SEED.strip() in user
-    assert "max |out - ref| <= 1e-05" in user and "batch_size = 4, dim = 100" in user
+    # the reference, less its own MAX_ABS_DIFF (and the comment above it): one cutoff, the run's, stated once
+    own_cutoff = REFERENCE.index("# Cutoff on max |out - ref|")
+    assert REFERENCE[:own_cutoff].strip() in user and "class Model(nn.Module)" in user and SEED.strip() in user
+    assert "MAX_ABS_DIFF" not in user and user.count("max |out - ref| <= 1e-05") == 1
+    assert "batch_size = 4, dim = 100" in user
     assert "A wavefront is 64 threads" in user and "device='cuda'" in user  # the ROCm guidance
     assert "accepted; runtime 0.5 ms (spread 2%); reference 0.6 ms; speed-up 1.20x" in user
     assert "Profiler's bottleneck class: memory-bound" in user and "dram throughput 91% of peak" in user
@@ -354,6 +359,47 @@ def test_models_are_drawn_by_weight_and_drawn_again_the_same_on_resume(server):
     share = first.count(MODEL) / len(first)
     assert 0.55 < share < 0.95 and "openai/test-model" in first
     assert {r["model"] for r in server.requests} == {"gpt-4o-mini", "test-model"}
+
+
+def test_a_request_started_returns_at_once_and_its_proposal_is_taken_when_it_lands(server, tmp_path):
+    server.add_case("later", Reply.fixture("fenced", delay_s=0.5), sticky=True)
+    with RunStore.create(tmp_path / "run.sqlite", {}) as store:
+        with LlmProposer(settings(server), store, context()) as proposer:
+            began = time.monotonic()
+            tickets = [proposer.start(mutation("later", i)) for i in range(3)]
+            assert time.monotonic() - began < 0.4 and not any(t.done for t in tickets)  # nothing waited for
+            assert proposer.wait(tickets, timeout=0.01) == []
+            done = proposer.wait(tickets)  # for the first to land
+            assert done and all(t.done for t in done)
+            proposals = [proposer.finish(t) for t in tickets]
+            assert all(p.source is not None and p.explanation for p in proposals)
+            assert proposer.finish(tickets[0]) is proposals[0]
+            again = proposer.start(mutation("later", 0))  # answered from the cache, at once
+            assert again.done and proposer.finish(again).usage.cached
+        assert store.llm_usage().requests == 3
+
+
+def test_replies_that_landed_and_were_not_taken_are_kept_when_the_proposer_closes(server, tmp_path):
+    server.add_case("kept", Reply.fixture("whole_file"), sticky=True)
+    server.add_case("lost", Reply.fixture("whole_file", delay_s=3.0), sticky=True)
+    with RunStore.create(tmp_path / "run.sqlite", {}) as store:
+        with LlmProposer(settings(server), store, context()) as proposer:
+            landed = proposer.start(mutation("kept", 0))
+            proposer.start(mutation("lost", 1))
+            proposer.wait([landed])
+        # the run stopped here: the reply in hand is stored, the one still on the way is given up
+        assert store.llm_usage().requests == 1 and store.get_llm_response(landed.key) is not None
+
+
+def test_a_request_goes_to_the_model_it_names(server):
+    server.add_case("named", Reply.fixture("whole_file"), sticky=True)
+    both = settings(server, models={MODEL: 100.0, "openai/test-model": 1.0})
+    with LlmProposer(both, None, context()) as proposer:
+        named = [dataclasses.replace(mutation("named", i), model="openai/test-model") for i in range(4)]
+        assert {p.model for p in proposer.propose(named)} == {"openai/test-model"}
+        with pytest.raises(ValueError, match="not one of"):
+            proposer.start(dataclasses.replace(mutation("named", 9), model="openai/unknown"))
+    assert {r["model"] for r in server.requests} == {"test-model"}
 
 
 def test_a_rejected_key_stops_with_a_clear_error_that_never_shows_the_key(server, caplog):

@@ -4,22 +4,24 @@ Generation 0 evaluates the seeds (or, for a problem without any, the first
 kernels an LLM writes); every island starts from the accepted ones. Each later
 generation: tournaments pick each island's parents, the parents not profiled
 yet are profiled, variation makes unseen children (the parents' bottleneck
-classes steer the operators; LLM requests go out in one batch), the
-dispatcher evaluates them (each result is committed as it arrives, and the
-steering learns whether it improved on its parent), and the elite plus
-tournaments over parents and accepted children form the next population;
-islands trade their best along a ring now and then.
+classes steer the operators; an LLM child is asked for and made when its
+reply lands), the dispatcher evaluates them (each result is committed as it
+arrives, and the steering learns whether it improved on its parent), and the
+elite plus tournaments over parents and accepted children form the next
+population; islands trade their best along a ring now and then.
 
-Generations overlap so that no evaluator waits for a straggler: a generation
-closes as soon as the dispatcher has a free slot (fewer candidates in flight
-than its ``capacity``), and the candidates still in flight join the
-population of a later generation when their results land. With one slot (the
-in-process dispatcher) every generation waits for all of its results.
+Generations overlap so that no evaluator waits for a straggler or for an
+LLM: a generation closes as soon as the dispatcher has a free slot (fewer
+candidates in flight than its ``capacity``) and the LLM has room for the next
+generation's requests (fewer than ``llm.concurrency`` waiting), and what is
+still in flight (``evolve.search.flight``) joins the population of a later
+generation when it lands. With one slot (the in-process dispatcher) every
+generation waits for all of its results, but not for all of its LLM replies.
 
 A checkpoint (the ``loop`` state: random state, populations, candidates in
 flight, counters, what the operator selector learnt, the LLM's request
-counter) is stored after every generation; parents' profiles and LLM replies
-are stored as they come. A resumed run evaluates again what was in flight and
+counter and its requests in flight) is stored after every generation;
+parents' profiles and LLM replies are stored as they come. A resumed run evaluates again what was in flight and
 replays the generation that was cut short from that checkpoint: the same
 random state, profiles and cached replies draw the same children, whose rows
 are already in the store, so only those still pending are evaluated. Nothing
@@ -37,11 +39,15 @@ from typing import Any
 
 from evolve.config import Config
 from evolve.dispatch.base import Dispatcher
+from evolve.search.asking import Ask, LlmOperators, Proposes
+from evolve.search.flight import Flight
+from evolve.search.history import History
+from evolve.search.ledger import Ledger
 from evolve.search.confirm import confirm_top
 from evolve.search.population import Candidate, faster, migrate, select_parents, survivors
 from evolve.search.steering import ParentProfiles, Steering
-from evolve.search.variation import Breeder, Child, LlmOperators, Proposes, llm_seed_children, seed_children, seed_space
-from population_store import Individual, RunStore
+from evolve.search.variation import Breeder, Child, llm_seed_children, seed_children, seed_space
+from population_store import RunStore
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +79,7 @@ class LoopState:
     outcomes: dict[str, list] = dataclasses.field(default_factory=dict)  # child id -> what to learn from it
     llm_samples: int = 0  # LLM requests made so far: the next one's sample number
     llm_exhausted: bool = False  # the LLM budget was spent: no LLM operator is chosen
+    llm_asks: list[dict] = dataclasses.field(default_factory=list)  # LLM requests whose replies were not taken
 
 
 @dataclasses.dataclass
@@ -96,9 +103,9 @@ def run_search(search: Search) -> str:
     state, rng = _restore(store, cfg.seed)
     clock = _Clock(state.elapsed_s)
     deadline = clock.deadline(cfg.max_wall_time_s)
-    ledger = _Ledger(store, state.last_id)
-    flight = _Flight(search)
+    ledger = Ledger(store, state.last_id)
     breeder = _breeder(search, state, rng)
+    flight = Flight(search.dispatcher, store, ledger, breeder, cfg.max_evaluations, search.on_result)
     if state.generation < 0:
         children, failures = _seed_children(search, breeder)
         seeds = [ledger.admit(child, 0, 0) for child in children if ledger.is_new(child)]
@@ -111,43 +118,49 @@ def run_search(search: Search) -> str:
             settle = search.on_llm_seeds or (lambda sources: seed_space(sources, search.config.operators.space))
             search.space = breeder.space = settle([c.source for c in accepted])
         state.islands = [[c.id for c in accepted]] * cfg.islands
-        _note_progress(state, flight.landed())
+        seeded = flight.landed()
+        breeder.history.note(seeded)
+        _note_progress(state, seeded)
         _checkpoint(store, state, 0, rng, ledger, clock, flight, breeder)
     islands = [[Candidate.from_individual(store.get(i)) for i in ids] for ids in state.islands]
     flight.resume(state.in_flight)
     spare = max(0, search.dispatcher.capacity - 1)  # in flight when a generation closes
     while not (reason := stop_reason(state, search.config, clock.elapsed())):
-        generation = state.generation + 1
-        shares = _shares(state, search.config)
+        generation = flight.generation = state.generation + 1
+        shares = _shares(state, search.config, breeder.llm.waiting if breeder.llm is not None else 0)
         parents = [select_parents(population, 2 * count, cfg.tournament_size, rng)
                    for population, count in zip(islands, shares)]
-        children = breeder.vary(parents, shares, ledger.seen)
+        children = breeder.vary(parents, shares, ledger.seen, generation)
         offspring = [[ledger.admit(child, generation, island) for child in kids]
                      for island, kids in enumerate(children)]
         breeder.expect(zip([c for kids in offspring for c in kids], [c for kids in children for c in kids]))
-        flight.submit([c for kids in offspring for c in kids] + ledger.leftovers())
-        if not any(offspring):
+        flight.submit([c for kids in offspring for c in kids])
+        made = any(offspring) or breeder.asked > 0
+        if not made:
             # Nothing new near the population as it stands (early on, a lone
-            # seed's neighbourhood is soon bred out): wait for the next result,
-            # which may change that, not for all in flight while slots go
-            # idle. Such a round is no generation: it counts for neither
-            # patience nor max_generations.
-            flight.take(until=max(0, len(flight.outstanding) - 1), deadline=deadline)
-            generation = state.generation
+            # seed's neighbourhood is soon bred out): wait for the next result
+            # (or LLM reply), which may change that, not for all in flight while
+            # slots go idle. Such a round is no generation: it counts for
+            # neither patience nor max_generations.
+            flight.take_one(deadline=deadline)
+            generation = flight.generation = state.generation
         else:
             flight.take(until=spare, deadline=deadline)
+        flight.submit(ledger.leftovers())  # after the replies a replayed generation takes, which make rows too
         landed = flight.landed()
         breeder.steering.learn(landed)
-        islands = _close(islands, landed, state, cfg, rng, generation, stale=any(offspring))
+        breeder.history.note(landed)
+        islands = _close(islands, landed, state, cfg, rng, generation, stale=made)
         _checkpoint(store, state, generation, rng, ledger, clock, flight, breeder)
-        if not any(offspring) and not landed and not clock.past(deadline):
+        if not made and not landed and not flight.busy and not clock.past(deadline):
             reason = "no unseen candidate is left near the population (the search space is exhausted)"
             break
     not_evaluated: list[int] = []
-    if flight.outstanding:  # the budget is spent: wait for the last results, up to the wall limit
-        flight.take(until=0, deadline=deadline)
+    if flight.busy:  # the budget is spent: wait for the last results (and replies), up to the wall limit
+        flight.take(until=0, deadline=deadline, asks_until=0)
         landed = flight.landed()
         breeder.steering.learn(landed)
+        breeder.history.note(landed)
         islands = _close(islands, landed, state, cfg, rng, state.generation, stale=False)
         not_evaluated = flight.cancel()  # past the wall limit: left pending, in flight for a resume
         _checkpoint(store, state, state.generation, rng, ledger, clock, flight, breeder)
@@ -177,59 +190,6 @@ def _close(islands: list[list[Candidate]], landed: list[Candidate], state: LoopS
     return islands
 
 
-class _Flight:
-    """Candidates handed to the dispatcher whose results have not been taken yet."""
-
-    def __init__(self, search: Search) -> None:
-        self.search = search
-        self.outstanding: dict[int, Candidate] = {}
-        self._landed: list[Candidate] = []
-
-    def submit(self, candidates: list[Candidate]) -> None:
-        for candidate in candidates:
-            if candidate.result is not None:  # committed before a resume: it lands at once
-                self._landed.append(candidate)
-            elif candidate.id not in self.outstanding:
-                self.outstanding[candidate.id] = candidate
-                self.search.dispatcher.submit(candidate.id, candidate.source)
-
-    def resume(self, ids: list[int]) -> None:
-        """Submit again what was in flight at the checkpoint (taking what was committed since)."""
-        self.submit([Candidate.from_individual(self.search.store.get(i)) for i in ids])
-
-    def take(self, until: int, deadline: float | None = None) -> None:
-        """Commit results as they land until at most ``until`` candidates are still being
-        evaluated (and every result already in is taken), or until ``deadline`` (``time.monotonic``)."""
-        search = self.search
-        while self.outstanding:
-            if not search.dispatcher.ready():
-                left = None if deadline is None else deadline - time.monotonic()
-                if search.dispatcher.in_flight <= until or (left is not None and left <= 0):
-                    break
-                if left is not None and not search.dispatcher.wait(left):
-                    continue  # the deadline passed first
-            key, result = search.dispatcher.next_result()
-            record = result.to_dict()
-            search.store.set_result(key, record, record["status"], record["runtime_ms"])
-            candidate = self.outstanding.pop(key)
-            candidate.record(record)
-            self._landed.append(candidate)
-            search.on_result(candidate)
-
-    def landed(self) -> list[Candidate]:
-        """Results taken since the last call."""
-        landed, self._landed = self._landed, []
-        return landed
-
-    def cancel(self) -> list[int]:
-        """Give up on the candidates in flight (the wall limit): they stay pending in the store and
-        outstanding here, so the checkpoint lists them in flight and a resume evaluates them."""
-        if self.outstanding:
-            self.search.dispatcher.cancel()
-            log.info("wall limit: %d candidate(s) in flight left pending for a resume", len(self.outstanding))
-        return sorted(self.outstanding)
-
-
 def stop_reason(state: LoopState, config: Config, elapsed_s: float) -> str | None:
     """Why the search should stop now, or None."""
     cfg = config.search
@@ -249,43 +209,6 @@ def stop_reason(state: LoopState, config: Config, elapsed_s: float) -> str | Non
 
 
 # --- helpers ----------------------------------------------------------------------
-
-
-class _Ledger:
-    """The run's sources seen so far, and rows a cut-short generation left behind."""
-
-    def __init__(self, store: RunStore, last_id: int) -> None:
-        self.store = store
-        rows = store.individuals()
-        self.seen = {r.source_hash for r in rows if r.id <= last_id}
-        self._replay = {r.source_hash: r for r in rows if r.id > last_id}
-        self.last_id = max((r.id for r in rows), default=0)
-
-    def is_new(self, child: Child) -> bool:
-        if child.source_hash in self.seen:
-            log.warning("a seed repeats an earlier one (same normalised source); it is evaluated once")
-            return False
-        self.seen.add(child.source_hash)
-        return True
-
-    def admit(self, child: Child, generation: int, island: int) -> Candidate:
-        """The stored candidate for ``child``: its row from a cut-short generation, or a new one."""
-        row = self._replay.pop(child.source_hash, None)
-        if row is None:
-            row = Individual(None, child.source, child.source_hash, generation, island,
-                             child.operator, child.parents, child.params)
-            row.id = self.store.add_individual(row)
-            self.last_id = row.id
-        return Candidate.from_individual(row)
-
-    def leftovers(self) -> list[Candidate]:
-        """Rows of a cut-short generation that its replay did not make again (not expected)."""
-        rows, self._replay = list(self._replay.values()), {}
-        if rows:
-            log.warning("resume: %d stored candidates were not made again by the replay; evaluating them",
-                        len(rows))
-            self.seen.update(r.source_hash for r in rows)
-        return [Candidate.from_individual(r) for r in rows]
 
 
 class _Clock:
@@ -317,17 +240,19 @@ def _restore(store: RunStore, seed: int) -> tuple[LoopState, random.Random]:
 
 
 def _checkpoint(store: RunStore, state: LoopState, generation: int, rng: random.Random,
-                ledger: _Ledger, clock: _Clock, flight: _Flight, breeder: Breeder) -> None:
+                ledger: Ledger, clock: _Clock, flight: Flight, breeder: Breeder) -> None:
     state.generation, state.rng_state = generation, list(rng.getstate())
-    state.selector, state.outcomes = breeder.steering.state()
-    if breeder.llm is not None:
+    if breeder.llm is not None:  # the models' cost per request, as the next generation draws them by
+        breeder.steering.price({m: (u.requests, u.cost_usd) for m, u in store.llm_usage().by_model.items()})
         state.llm_samples, state.llm_exhausted = breeder.llm.samples, breeder.llm.exhausted
+        state.llm_asks = breeder.llm.state()
+    state.selector, state.outcomes = breeder.steering.state()
     state.in_flight = sorted(flight.outstanding)
     state.last_id, state.evaluations, state.elapsed_s = ledger.last_id, store.count(), clock.elapsed()
     store.put_state(STATE_KEY, dataclasses.asdict(state))
 
 
-def _seeds_cut_short(store: RunStore, state: LoopState, clock: _Clock, flight: _Flight) -> str:
+def _seeds_cut_short(store: RunStore, state: LoopState, clock: _Clock, flight: Flight) -> str:
     """The wall limit came before every seed was judged: stop, the rest left pending (a resume
     makes generation 0 again, its judged seeds from the store, and evaluates the rest)."""
     not_evaluated = flight.cancel()
@@ -340,15 +265,18 @@ def _seeds_cut_short(store: RunStore, state: LoopState, clock: _Clock, flight: _
 
 
 def _breeder(search: Search, state: LoopState, rng: random.Random) -> Breeder:
-    """Variation as the run left it: the selector's counts, the LLM's request counter and budget."""
-    operators = search.config.operators
-    steering = Steering(operators, rng, state.selector, state.outcomes)
-    llm = None
+    """Variation as the run left it: what the steering learnt, the LLM's requests (counter, budget,
+    those in flight) and what the run had found."""
+    operators, llm_cfg, llm = search.config.operators, search.config.llm, None
+    models = (dict(llm_cfg.models) or {llm_cfg.model: 1.0}) if search.proposer is not None else None
+    steering = Steering(operators, rng, state.selector, state.outcomes, models)
     if search.proposer is not None:
-        llm = LlmOperators(search.proposer, search.store, state.llm_samples, state.llm_exhausted)
+        llm = LlmOperators(search.proposer, search.store, llm_cfg.concurrency, llm_cfg.max_cost_usd,
+                           state.llm_samples, state.llm_exhausted, [Ask.from_dict(a) for a in state.llm_asks])
     uses_llm = llm is not None and any(w > 0 for op, w in operators.weights.items() if op.needs_llm)
     profiles = ParentProfiles(search.store, search.dispatcher, needed=operators.bias or uses_llm)
-    return Breeder(rng, operators, search.space, steering, profiles, llm)
+    history = History.from_store(search.store, state.last_id, state.in_flight, search.config.problem.dtype)
+    return Breeder(rng, operators, search.space, steering, profiles, llm, history, llm_cfg.repair_turns)
 
 
 def _seed_children(search: Search, breeder: Breeder) -> tuple[list[Child], list[str]]:
@@ -358,7 +286,7 @@ def _seed_children(search: Search, breeder: Breeder) -> tuple[list[Child], list[
     if breeder.llm is None:
         raise SearchError("the problem has no seed kernels and no LLM is configured to write them "
                           "(name problem.seeds, or set llm.model)")
-    return llm_seed_children(breeder.llm, search.config.llm.initial_seeds)
+    return llm_seed_children(breeder.llm, search.config.llm.initial_seeds, search.config.problem.dtype)
 
 
 def _accepted_seeds(seeds: list[Candidate], failures: list[str], llm: bool = False) -> list[Candidate]:
@@ -371,9 +299,10 @@ def _accepted_seeds(seeds: list[Candidate], failures: list[str], llm: bool = Fal
     return accepted
 
 
-def _shares(state: LoopState, config: Config) -> list[int]:
-    """Children per island this generation: population_size each, within the budget left."""
-    left = config.search.max_evaluations - state.evaluations
+def _shares(state: LoopState, config: Config, asked: int = 0) -> list[int]:
+    """Children per island this generation: population_size each, within the budget left (``asked``:
+    places waiting for an LLM reply)."""
+    left = config.search.max_evaluations - state.evaluations - asked
     shares = []
     for _ in range(config.search.islands):
         shares.append(max(0, min(config.search.population_size, left)))

@@ -8,8 +8,13 @@ profiles. A
 parent's bottleneck class then biases the operator and the LLM focus of its
 children (``operators.selector.OperatorSelector``); when a child's result
 lands, the selector learns whether that choice paid off: the child was
-accepted and is faster than its (first) parent. What the selector learnt, and
-the children whose outcome it still waits for, go into the loop's checkpoint.
+accepted and is faster than the kernel it set out to improve by more than
+their timing noise (``operators.selector.improved``). An LLM request that
+gave no kernel is a try of its LLM operator that did not pay off (never of
+the parametric mutation that may take its place). The model of each LLM
+request is drawn from what each model's children achieved per dollar
+(``operators.selector.ModelChooser``). What was learnt, and the children
+whose outcome is still to come, go into the loop's checkpoint.
 
 With ``operators.bias: false`` the draws follow the config's weights alone
 (and LLM focuses are drawn uniformly): the selector still counts outcomes, for
@@ -18,16 +23,17 @@ the report, but they steer nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from evolve.config import OperatorName, OperatorsConfig
 from evolve.dispatch.base import Dispatcher
 from evolve.search.population import Candidate
 from operators import MUTATION
-from operators.selector import FOCUSES, OperatorSelector
+from operators.selector import FOCUSES, ModelChooser, OperatorSelector, improved
 from platforms.profiling.classes import UNKNOWN
 from population_store import RunStore
 
@@ -87,15 +93,34 @@ class ParentProfiles:
             self.store.record_event(FALLBACK_EVENT, {"reason": reason, "tool": record.get("tool", "")})
 
 
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """How a child was made: what its result teaches when it lands (and, for an LLM child, how to repair it)."""
+
+    bottleneck: str  # the class of the kernel it set out to improve
+    operator: str  # the operator credited with it (a repair: the operator of the attempt it repairs)
+    focus: str | None = None
+    parent_ms: float | None = None  # the time to beat
+    parent_spread: float | None = None
+    model: str | None = None  # the model that wrote it; None for a parametric child
+    target: int | None = None  # the kernel it set out to improve (an LLM child's first parent)
+    turn: int = 0  # 0 for a first attempt, n for the n-th repair
+
+    @classmethod
+    def from_list(cls, values: list) -> "Outcome":
+        """An outcome as the checkpoint holds it (a list; a run from before models and repairs holds 4 values)."""
+        return cls(*values)
+
+
 class Steering:
-    """Draws operators and LLM focuses for a parent's bottleneck class, and learns from outcomes.
+    """Draws operators, LLM focuses and models for a parent's bottleneck class, and learns from outcomes.
 
     Every draw comes from ``rng``, the loop's generator, so a checkpointed
     random state reproduces them.
     """
 
     def __init__(self, operators: OperatorsConfig, rng: random.Random, selector_state: dict | None = None,
-                 outcomes: dict[str, list] | None = None) -> None:
+                 outcomes: dict[str, list] | None = None, models: Mapping[str, float] | None = None) -> None:
         self.weights = {op.value: float(operators.weights.get(op, 0.0)) for op in OperatorName}
         self.bias = operators.bias
         self.rng = rng
@@ -103,9 +128,11 @@ class Steering:
             self.selector = OperatorSelector.from_state(selector_state, self.weights, rng)
         else:
             self.selector = OperatorSelector(self.weights, rng)
-        # child id -> (class, operator, focus, parent's runtime): what is learnt when its result lands
-        self.outcomes: dict[int, tuple[str, str, str | None, float | None]] = {
-            int(key): tuple(value) for key, value in (outcomes or {}).items()}  # type: ignore[misc]
+        learnt = (selector_state or {}).get("models")
+        self.models = ModelChooser(models, rng, learnt) if models else None  # None: no LLM
+        # child id -> how it was made: what is learnt when its result lands
+        self.outcomes: dict[int, Outcome] = {
+            int(key): Outcome.from_list(value) for key, value in (outcomes or {}).items()}
 
     def choose(self, bottleneck: str, llm: bool) -> str:
         """An operator for a parent of class ``bottleneck``; LLM operators only when ``llm``.
@@ -126,25 +153,51 @@ class Steering:
             return self.rng.choice(FOCUSES)
         return self.selector.choose_focus(bottleneck)
 
-    def expect(self, child_id: int, bottleneck: str, operator: str, focus: str | None,
-               parent_ms: float | None) -> None:
+    def choose_model(self) -> str:
+        """The model an LLM request goes to (see ``ModelChooser``)."""
+        assert self.models is not None, "no models were given"
+        return self.models.choose()
+
+    def price(self, usage: Mapping[str, tuple[int, float]]) -> None:
+        """Each model's paid requests and their cost (USD), from the run's accounting."""
+        if self.models is not None:
+            self.models.price(usage)
+
+    def expect(self, child_id: int, outcome: Outcome) -> None:
         """Remember how child ``child_id`` was made, to learn from its result when it lands."""
-        if operator in self.weights:  # seeds teach nothing
-            self.outcomes[child_id] = (bottleneck, operator, focus, parent_ms)
+        if outcome.operator in self.weights:  # seeds teach nothing
+            self.outcomes[child_id] = outcome
+
+    def missed(self, outcome: Outcome) -> None:
+        """An LLM request that gave no kernel: a try of its operator, focus and model that did not pay off."""
+        if outcome.operator in self.weights:
+            self.selector.update(outcome.bottleneck, outcome.operator, False, focus=_focus(outcome))
+        if outcome.model and self.models is not None:
+            self.models.update(outcome.model, False)
 
     def learn(self, landed: Iterable[Candidate]) -> None:
-        """Tell the selector, for each child in ``landed``, whether it improved on its parent."""
+        """Tell the selector, for each child in ``landed``, whether it improved on its parent beyond timing noise."""
         for child in landed:
             outcome = self.outcomes.pop(child.id, None)
             if outcome is None:
                 continue
-            bottleneck, operator, focus, parent_ms = outcome
-            improved = child.accepted and parent_ms is not None and child.runtime_ms < parent_ms
-            self.selector.update(bottleneck, operator, improved, focus=focus)
+            spread = (child.result or {}).get("runtime_spread")
+            better = child.accepted and improved(child.runtime_ms, spread, outcome.parent_ms, outcome.parent_spread)
+            self.selector.update(outcome.bottleneck, outcome.operator, better, focus=_focus(outcome))
+            if outcome.model and self.models is not None:
+                self.models.update(outcome.model, better)
 
     def state(self) -> tuple[dict[str, Any], dict[str, list]]:
-        """(the selector's state, the outcomes still to learn), JSON-safe, for the checkpoint."""
-        return self.selector.state(), {str(k): list(v) for k, v in sorted(self.outcomes.items())}
+        """(what was learnt, the outcomes still to come), JSON-safe, for the checkpoint."""
+        learnt = self.selector.state()
+        if self.models is not None:
+            learnt["models"] = self.models.state()
+        return learnt, {str(k): list(dataclasses.astuple(v)) for k, v in sorted(self.outcomes.items())}
+
+
+def _focus(outcome: Outcome) -> str | None:
+    """The outcome's focus if the selector draws it (a repair asked with focus "general" teaches no focus)."""
+    return outcome.focus if outcome.focus in FOCUSES else None
 
 
 def selector_table(state: dict[str, Any] | None) -> list[dict[str, Any]]:

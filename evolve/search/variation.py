@@ -5,11 +5,22 @@ config's weights, biased by the parent's bottleneck class). A parametric
 child is made at once; a crossover that cannot make a child (parents of
 different structures, or too alike) falls back to mutating the first parent,
 and a child whose normalised source was seen before in the run is drawn
-again, a few times, so no source is evaluated twice. LLM children are asked
-for in one batch per generation (``LlmProposer.propose``, concurrent); a
-request that yields no new kernel is recorded as an ``llm_proposal_failed``
-event and its place goes to a parametric mutation of the same parent, so a
-generation keeps its size.
+again, a few times, so no source is evaluated twice.
+
+An LLM child is asked for (``evolve.search.asking``: the request goes out
+at once, within ``llm.concurrency``), and made when its reply lands
+(``answer``), while the loop evaluates: the prompt shows the parent with
+what the run has found so far (``evolve.search.history``) and the model is
+drawn by what each model's children achieved per dollar. A reply that
+gives no kernel, for a reason the model can fix (an edit that did not
+apply, a refusal of the screen, prose only), goes back to the same model
+with the reason, and so does an LLM child whose verdict is not
+``accepted`` (``judged``): up to ``llm.repair_turns`` times, each fix a
+child of its own (``llm_repair``) whose parent is the failed attempt. A
+reply that gives no new kernel and is not repaired is recorded as an
+``llm_proposal_failed`` event, credited to the LLM operator as a try that
+did not pay off, and its place goes to a parametric mutation of the
+parent, so a generation keeps its size.
 
 Given the random state and the replies in the run's cache, variation makes
 the same children again: LLM requests are numbered by a run-wide counter
@@ -23,11 +34,12 @@ import dataclasses
 import logging
 import random
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Protocol
 
 from evolve.config import OperatorName, OperatorsConfig
+from evolve.search.asking import FAILED_EVENT, Ask, LlmOperators, Proposes
+from evolve.search.history import EXPLANATION_KEY, MODEL_KEY, History
 from evolve.search.population import Candidate
-from evolve.search.steering import ParentProfiles, Steering
+from evolve.search.steering import Outcome, ParentProfiles, Steering
 from operators import (
     LLM_CROSSOVER,
     LLM_MUTATION,
@@ -44,73 +56,32 @@ from operators import (
     resolve_space,
     seed_requests,
 )
+from operators.llm import NO_KERNEL, Findings, Repair
 from platforms.profiling.classes import UNKNOWN
-from population_store import RunStore, source_hash
+from population_store import source_hash
+
+__all__ = ["FAILED_EVENT", "LLM_REPAIR", "Breeder", "Child", "LlmOperators", "Proposes", "llm_seed_children",
+           "seed_children", "seed_space", "vary"]
 
 log = logging.getLogger(__name__)
 
 #: Draws per child before its place in the generation is given up.
 ATTEMPTS = 20
 SEED_OPERATOR = "seed"
-#: The event a request that gave no new kernel leaves in the run.
-FAILED_EVENT = "llm_proposal_failed"
+#: The operator of a child that fixes a failed LLM attempt.
+LLM_REPAIR = "llm_repair"
 
 
 @dataclasses.dataclass(frozen=True)
 class Child:
-    """A candidate made but not stored yet, and what the steering learns from when its result lands."""
+    """A candidate made but not stored yet, and what the steering learns from it when its result lands."""
 
     source: str
     source_hash: str
-    params: dict[str, int]
+    params: dict
     operator: str
     parents: list[int]
-    focus: str | None = None  # what an LLM operator was asked to work on
-    bottleneck: str = UNKNOWN  # the first parent's class when the child was made
-    parent_ms: float | None = None  # the first parent's runtime
-
-
-class Proposes(Protocol):
-    """What the LLM operators need: an ``operators.LlmProposer``, or a test's fake."""
-
-    @property
-    def exhausted(self) -> bool: ...
-
-    def propose(self, requests: Sequence[Request]) -> list[Proposal]: ...
-
-
-class LlmOperators:
-    """The run's LLM: its proposer, the request counter, and whether its budget is spent.
-
-    ``samples`` and ``exhausted`` are part of the loop's checkpoint: a resumed
-    run numbers its requests on from there and chooses LLM operators exactly
-    when the run it continues did.
-    """
-
-    def __init__(self, proposer: Proposes, store: RunStore, samples: int = 0, exhausted: bool = False) -> None:
-        self.proposer, self.store = proposer, store
-        self.samples, self.exhausted = samples, exhausted
-        # a generation replayed after a resume asks again (from the cache): say each failure once
-        self._told = {e["data"].get("sample") for e in store.events(FAILED_EVENT)}
-
-    def number(self) -> int:
-        """The next request's sample number."""
-        self.samples += 1
-        return self.samples - 1
-
-    def propose(self, requests: Sequence[Request]) -> list[Proposal]:
-        proposals = self.proposer.propose(requests) if requests else []
-        self.exhausted = self.exhausted or self.proposer.exhausted
-        return proposals
-
-    def failed(self, proposal: Proposal, request: Request, reason: str | None = None) -> None:
-        """Record in the run that ``request`` gave no new kernel (once per request)."""
-        if request.sample in self._told:
-            return
-        self._told.add(request.sample)
-        self.store.record_event(FAILED_EVENT, {
-            "reason": reason or proposal.reason, "operator": proposal.operator, "parents": list(proposal.parents),
-            "model": proposal.model, "focus": proposal.focus.value, "sample": request.sample})
+    outcome: Outcome | None = None  # None for a seed: seeds teach nothing
 
 
 def seed_children(sources: list[str]) -> list[Child]:
@@ -118,9 +89,10 @@ def seed_children(sources: list[str]) -> list[Child]:
     return [Child(s, source_hash(s), params_of(s), SEED_OPERATOR, []) for s in sources]
 
 
-def llm_seed_children(llm: LlmOperators, count: int) -> tuple[list[Child], list[str]]:
+def llm_seed_children(llm: LlmOperators, count: int, dtype: str | None = None) -> tuple[list[Child], list[str]]:
     """First kernels the LLM writes from the reference alone, and why the requests that gave none failed."""
-    requests = seed_requests(count, first_sample=llm.samples)
+    requests = [dataclasses.replace(r, findings=Findings(dtype=dtype))
+                for r in seed_requests(count, first_sample=llm.samples)]
     llm.samples += count
     children, failures = [], []
     for request, proposal in zip(requests, llm.propose(requests)):
@@ -128,8 +100,8 @@ def llm_seed_children(llm: LlmOperators, count: int) -> tuple[list[Child], list[
             llm.failed(proposal, request)
             failures.append(proposal.reason)
         else:
-            children.append(Child(proposal.source, source_hash(proposal.source), params_of(proposal.source),
-                                  LLM_SEED, [], focus=proposal.focus.value))
+            children.append(Child(proposal.source, source_hash(proposal.source), _llm_params(proposal),
+                                  LLM_SEED, []))
     return children, failures
 
 
@@ -154,15 +126,6 @@ def seed_space(sources: list[str], declared: Mapping[str, list[int]]) -> dict[st
     return space
 
 
-@dataclasses.dataclass
-class _Asked:
-    """A place in the generation waiting for an LLM reply."""
-
-    request: Request
-    parent: Candidate  # the first parent: the fallback mutates it
-    bottleneck: str
-
-
 class Breeder:
     """Makes each generation's children (see the module docstring).
 
@@ -171,46 +134,114 @@ class Breeder:
     """
 
     def __init__(self, rng: random.Random, operators: OperatorsConfig, space: Mapping[str, tuple[int, ...]],
-                 steering: Steering, profiles: ParentProfiles | None = None,
-                 llm: LlmOperators | None = None) -> None:
+                 steering: Steering, profiles: ParentProfiles | None = None, llm: LlmOperators | None = None,
+                 history: History | None = None, repair_turns: int = 0) -> None:
         self.rng, self.operators, self.space = rng, operators, space
         self.steering, self.profiles, self.llm = steering, profiles, llm
+        self.history = history or History()
+        self.repair_turns = repair_turns
+        self.asked = 0  # the places the last ``vary`` asked the LLM for
 
-    def vary(self, parents: Sequence[Sequence[Candidate]], counts: Sequence[int],
-             seen: set[str]) -> list[list[Child]]:
+    def vary(self, parents: Sequence[Sequence[Candidate]], counts: Sequence[int], seen: set[str],
+             generation: int = 0) -> list[list[Child]]:
         """Per island, up to ``counts[i]`` children whose hashes are not in ``seen``, from pairs of ``parents[i]``.
 
-        ``parents[i]`` holds two per child. The hashes of the children are
-        added to ``seen``. Fewer children come back when the space around the
-        parents holds no unseen candidate.
+        ``parents[i]`` holds two per child. Parametric children come back
+        now, their hashes added to ``seen``; the places an LLM operator takes
+        are asked for (``asked`` counts them), and their children come from
+        ``answer`` as the replies land. Fewer children come back when the
+        space around the parents holds no unseen candidate.
         """
         if self.profiles is not None:
             self.profiles.take(p for island in parents for p in island)
-        planned = [self._plan(island, count, seen) for island, count in zip(parents, counts)]
-        asked = [item for island in planned for item in island if isinstance(item, _Asked)]
-        replies = dict(zip(map(id, asked), self.llm.propose([a.request for a in asked]))) if asked else {}
-        children = []
-        for island in planned:
-            made = [self._answer(item, replies[id(item)], seen) if isinstance(item, _Asked) else item
-                    for item in island]
-            children.append([child for child in made if child is not None])
-        return children
+        self.asked = 0
+        return [self._plan(island_parents, count, seen, generation, island)
+                for island, (island_parents, count) in enumerate(zip(parents, counts))]
 
     def expect(self, stored: Iterable[tuple[Candidate, Child]]) -> None:
         """Have the steering learn from each stored child's result when it lands."""
         for candidate, child in stored:
-            self.steering.expect(candidate.id, child.bottleneck, child.operator, child.focus, child.parent_ms)
+            self.history.made(candidate.id, child.parents, child.operator)
+            if child.outcome is not None:
+                self.steering.expect(candidate.id, child.outcome)
 
-    def _plan(self, parents: Sequence[Candidate], count: int, seen: set[str]) -> list[Child | _Asked]:
-        """Parametric children, made now, and the LLM requests, in the order of their places."""
-        planned: list[Child | _Asked] = []
+    def answer(self, ask: Ask, proposal: Proposal, seen: set[str]) -> Child | None:
+        """The child an LLM reply gives, not in ``seen`` (then added).
+
+        A reply without a new kernel is recorded and credited to its LLM
+        operator as a try that did not pay off. If the model can fix it and
+        repair turns are left, it goes back to the model (None now; its fix
+        comes as another reply); else its place goes to a parametric mutation
+        of the kernel it was to improve (None when none is left unseen).
+        """
+        assert self.llm is not None
+        outcome = Outcome(ask.bottleneck, ask.credit, ask.request.focus.value, ask.parent_ms, ask.parent_spread,
+                          proposal.model or None, ask.target, ask.turn)
+        if proposal.source is not None and source_hash(proposal.source) not in seen:
+            child = Child(proposal.source, source_hash(proposal.source), _llm_params(proposal),
+                          LLM_REPAIR if ask.turn else proposal.operator, list(ask.parents), outcome)
+            seen.add(child.source_hash)
+            return child
+        reason = None if proposal.source is None else "the proposed kernel was evaluated before in this run"
+        self.llm.failed(proposal, ask.request, reason)
+        if proposal.model:  # a model was asked (not so once the budget is spent): its try did not pay off
+            self.steering.missed(outcome)
+        if proposal.repairable and ask.turn < self.repair_turns:
+            last = ask.request.repair.source if ask.request.repair is not None else None
+            repair = Repair(ask.turn + 1, self.repair_turns, NO_KERNEL, proposal.reason,
+                            proposal.draft if proposal.draft is not None else last, proposal.reply)
+            self._send_back(ask, repair, ask.generation, proposal.model, ask.parents)
+            return None
+        for _ in range(ATTEMPTS):
+            target = _candidate(ask.request.parents[0])
+            child = self._parametric(MUTATION, target, target, ask.bottleneck, seen)
+            if child is not None:
+                return child
+        return None
+
+    def judged(self, candidate: Candidate, generation: int) -> bool:
+        """Send an LLM child whose verdict is not ``accepted`` back to its model, while repair turns last.
+
+        True when a repair was asked for. The verdict's status and reason
+        go back (the prompt scrubs held-out shapes from the reason), never
+        an input.
+        """
+        outcome = self.steering.outcomes.get(candidate.id)
+        result = candidate.result or {}
+        if (self.llm is None or candidate.accepted or outcome is None or not outcome.model
+                or outcome.turn >= self.repair_turns or result.get("harness_failure")):
+            return False
+        target = self.history.get(outcome.target) if outcome.target is not None else None
+        if target is None:
+            return False
+        repair = Repair(outcome.turn + 1, self.repair_turns, str(result.get("status", "")),
+                        str(result.get("reason") or ""), candidate.source)
+        ask = Ask(Request(LLM_MUTATION, (self._info(target),), Focus(outcome.focus or Focus.GENERAL), 0),
+                  generation, candidate.island, [target.id], outcome.bottleneck, target.id, outcome.operator,
+                  outcome.parent_ms, outcome.parent_spread, outcome.turn)
+        self._send_back(ask, repair, generation, outcome.model, [candidate.id])
+        return True
+
+    def _send_back(self, ask: Ask, repair: Repair, generation: int, model: str, parents: list[int]) -> None:
+        """Ask ``model`` (the one that wrote the attempt) for a fix of it: a repair of ``ask``'s target."""
+        assert self.llm is not None
+        target = ask.request.parents[0]  # a crossover's attempt is repaired as a mutation of its first parent
+        request = dataclasses.replace(ask.request, kind=LLM_MUTATION, parents=(target,), sample=self.llm.number(),
+                                      model=model, repair=repair, findings=self._findings_for(target))
+        self.llm.add(dataclasses.replace(ask, request=request, generation=generation, parents=list(parents),
+                                         turn=repair.turn, ticket=None))
+
+    def _plan(self, parents: Sequence[Candidate], count: int, seen: set[str], generation: int,
+              island: int) -> list[Child]:
+        """The parametric children, made now; the LLM's places are asked for, in the order of their places."""
+        planned: list[Child] = []
         llm = self.llm is not None and not self.llm.exhausted
         for a, b in zip(parents[0:2 * count:2], parents[1:2 * count:2]):
             bottleneck = self.profiles.bottleneck(a) if self.profiles is not None else UNKNOWN
             for _ in range(ATTEMPTS):
                 operator = self.steering.choose(bottleneck, llm)
                 if OperatorName(operator).needs_llm:
-                    planned.append(self._ask(operator, a, b, bottleneck))
+                    self._ask(operator, a, b, bottleneck, generation, island)
                     break
                 child = self._parametric(operator, a, b, bottleneck, seen)
                 if child is not None:
@@ -231,13 +262,14 @@ class Breeder:
             return None
         if made is None or source_hash(made.source) in seen:
             return None
-        child = Child(made.source, source_hash(made.source), made.params, made.operator, parents,
-                      bottleneck=bottleneck, parent_ms=a.runtime_ms)
+        outcome = Outcome(bottleneck, made.operator, None, a.runtime_ms, _spread(a))
+        child = Child(made.source, source_hash(made.source), made.params, made.operator, parents, outcome)
         seen.add(child.source_hash)
         return child
 
-    def _ask(self, operator: str, a: Candidate, b: Candidate, bottleneck: str) -> _Asked:
-        """The request for an LLM child; a crossover of a kernel with itself is asked as a mutation."""
+    def _ask(self, operator: str, a: Candidate, b: Candidate, bottleneck: str, generation: int,
+             island: int) -> None:
+        """Ask for an LLM child; a crossover of a kernel with itself is asked as a mutation."""
         assert self.llm is not None
         focus = Focus(self.steering.choose_focus(bottleneck))
         parents = (self._info(a),)
@@ -245,7 +277,14 @@ class Breeder:
             parents += (self._info(b),)
         else:
             operator = LLM_MUTATION
-        return _Asked(Request(operator, parents, focus, self.llm.number()), a, bottleneck)
+        model = self.steering.choose_model()
+        request = Request(operator, parents, focus, self.llm.number(), model, self._findings_for(parents[0], a))
+        self.llm.add(Ask(request, generation, island, [p.id for p in parents], bottleneck, a.id, operator,
+                         a.runtime_ms, _spread(a)))
+        self.asked += 1
+
+    def _findings_for(self, parent: ParentInfo, candidate: Candidate | None = None) -> Findings:
+        return self.history.findings(candidate or _candidate(parent))
 
     def _info(self, parent: Candidate) -> ParentInfo:
         record = self.profiles.record(parent) if self.profiles is not None else None
@@ -253,23 +292,6 @@ class Breeder:
             return ParentInfo(parent.id, parent.source, parent.result)
         return ParentInfo(parent.id, parent.source, parent.result, record.get("summary") or None,
                           record.get("bottleneck"))
-
-    def _answer(self, asked: _Asked, proposal: Proposal, seen: set[str]) -> Child | None:
-        """The LLM child, or, when the reply gave no new kernel, a parametric mutation in its place."""
-        assert self.llm is not None
-        if proposal.source is not None and source_hash(proposal.source) not in seen:
-            child = Child(proposal.source, source_hash(proposal.source), params_of(proposal.source),
-                          proposal.operator, list(proposal.parents), proposal.focus.value, asked.bottleneck,
-                          asked.parent.runtime_ms)
-            seen.add(child.source_hash)
-            return child
-        reason = None if proposal.source is None else "the proposed kernel was evaluated before in this run"
-        self.llm.failed(proposal, asked.request, reason)
-        for _ in range(ATTEMPTS):
-            child = self._parametric(MUTATION, asked.parent, asked.parent, asked.bottleneck, seen)
-            if child is not None:
-                return child
-        return None
 
 
 def vary(parents: list[Candidate], count: int, rng: random.Random, operators: OperatorsConfig,
@@ -279,3 +301,24 @@ def vary(parents: list[Candidate], count: int, rng: random.Random, operators: Op
     One island's variation without profiles or an LLM (see ``Breeder.vary``).
     """
     return Breeder(rng, operators, space, Steering(operators, rng)).vary([parents], [count], seen)[0]
+
+
+def _llm_params(proposal: Proposal) -> dict:
+    """The tunables of an LLM child, and the model and explanation it came with (reserved keys)."""
+    params = dict(params_of(proposal.source or ""))
+    params[MODEL_KEY] = proposal.model
+    if proposal.explanation:
+        params[EXPLANATION_KEY] = proposal.explanation
+    return params
+
+
+def _spread(candidate: Candidate) -> float | None:
+    return (candidate.result or {}).get("runtime_spread")
+
+
+def _candidate(parent: ParentInfo) -> Candidate:
+    """A request's parent as a candidate again (its source and result), for a mutation in a reply's place."""
+    candidate = Candidate(parent.id, parent.source, source_hash(parent.source), {}, 0, 0)
+    if parent.result:
+        candidate.record(dict(parent.result))
+    return candidate

@@ -1,12 +1,13 @@
 """LLM-driven mutation, crossover and first kernels, through litellm (imported only when used).
 
-``LlmProposer(settings, cache, context).propose(requests) -> proposals``; see
+``LlmProposer(settings, cache, context)``: ``start(request) -> ticket`` and
+``finish(ticket) -> proposal`` (or ``propose(requests) -> proposals``); see
 ``operators.llm.proposer``. Without a model (``llm.model: offline``) none of
 this runs: log ``OFFLINE_MESSAGE`` once and use the parametric operators.
 """
 
 from operators.llm.prompt import build_messages, describe_result
-from operators.llm.proposer import BUDGET_EXHAUSTED, LlmProposer, cache_key
+from operators.llm.proposer import BUDGET_EXHAUSTED, LlmProposer, Ticket, cache_key, explanation
 from operators.llm.redact import install_redaction, redact
 from operators.llm.request import (
     DEFAULT_MAX_TOKENS,
@@ -14,9 +15,12 @@ from operators.llm.request import (
     LLM_CROSSOVER,
     LLM_MUTATION,
     LLM_SEED,
+    NO_KERNEL,
     OFFLINE,
     OFFLINE_MESSAGE,
     REASONING_MAX_TOKENS,
+    Attempt,
+    Findings,
     Focus,
     LlmSettings,
     LlmSetupError,
@@ -25,6 +29,7 @@ from operators.llm.request import (
     ProblemContext,
     Proposal,
     ReasoningEffort,
+    Repair,
     Request,
     ResponseCache,
     Usage,
@@ -38,9 +43,12 @@ __all__ = [
     "LLM_CROSSOVER",
     "LLM_MUTATION",
     "LLM_SEED",
+    "NO_KERNEL",
     "OFFLINE",
     "OFFLINE_MESSAGE",
     "REASONING_MAX_TOKENS",
+    "Attempt",
+    "Findings",
     "Focus",
     "LlmProposer",
     "LlmSettings",
@@ -50,12 +58,15 @@ __all__ = [
     "ProblemContext",
     "Proposal",
     "ReasoningEffort",
+    "Repair",
     "Request",
     "ResponseCache",
+    "Ticket",
     "Usage",
     "build_messages",
     "cache_key",
     "describe_result",
+    "explanation",
     "install_redaction",
     "redact",
     "seed_requests",

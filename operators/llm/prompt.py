@@ -11,14 +11,39 @@ from __future__ import annotations
 import functools
 import importlib.resources
 import math
+import re
 import string
 from collections.abc import Mapping
 from typing import Any
 
-from operators.llm.request import LLM_CROSSOVER, LLM_MUTATION, LLM_SEED, ParentInfo, ProblemContext, Request
+from operators.llm.request import (
+    LLM_CROSSOVER,
+    LLM_MUTATION,
+    LLM_SEED,
+    NO_KERNEL,
+    Attempt,
+    Findings,
+    ParentInfo,
+    ProblemContext,
+    Repair,
+    Request,
+)
 from platforms.profiling.classes import CLASS_LABELS
 
 _TEMPLATES = {LLM_MUTATION: "mutation.md", LLM_CROSSOVER: "crossover.md", LLM_SEED: "seed.md"}
+#: A kernel of the findings longer than this is shown by its time alone: the prompt stays bounded.
+SOURCE_LIMIT = 12_000
+#: What a repair shows of a reply that gave no kernel.
+REPLY_LIMIT = 4_000
+# The problem's own cutoff, and the comment lines right above it: the prompt states the run's cutoff once.
+_OWN_CUTOFF = re.compile(r"(?m)(^#[^\n]*\n)*^MAX_ABS_DIFF\s*(:[^=\n]*)?=[^\n]*\n?")
+# A verdict's reason may give away the held-out shapes a kernel is checked on, which are secret
+# (drawn anew for each evaluation): by name ("at held-out shapes batch_size=5, dim=77"), or by the sizes
+# a check met there ("a 1296-byte tensor", "index (3, 76)"). A prompt shows neither; line numbers stay.
+_HELD_OUT = re.compile(r"held-out shapes? [^:;]*")
+_SIZES = re.compile(r"\(\s*\d+(\s*,\s*\d+)*\s*,?\s*\)|\[\s*\d+(\s*,\s*\d+)*\s*\]")
+_KNOBS = re.compile(r"\b(\w+)\s*=\s*\d+\b")
+_INTEGERS = re.compile(r"(?<![\w.+\-])(?<!line )\d{2,}(?![\w.])")
 
 
 @functools.cache
@@ -30,21 +55,31 @@ def template(name: str) -> string.Template:
 
 def build_messages(request: Request, context: ProblemContext) -> list[dict[str, str]]:
     """The chat messages (system, then user) that ask for ``request``."""
+    findings = request.findings
     values = {
-        "reference": context.reference_source.strip("\n"),
+        "reference": _without_own_cutoff(context.reference_source).strip("\n"),
         "shapes": _shapes(context.shapes),
+        "dtype": _dtype(findings.dtype),
         "cutoff": f"{context.cutoff:g}",
         "guidance": context.guidance.strip(),
         "focus": template(f"focus_{request.focus.value}.md").template.strip(),
-        "answer_format": template("answer_file.md" if request.kind == LLM_SEED else "answer_edits.md")
-        .template.strip(),
+        "answer_format": _answer_format(request),
+        "findings": _findings(findings),
+        "attempts": _attempts(findings.attempts),
     }
-    if request.kind == LLM_MUTATION:
+    name = _TEMPLATES[request.kind]
+    if request.repair is not None:
+        name = "repair.md"
+        improve = f"\n## The kernel to improve\n{render_parent(request.parents[0])}\n" if request.parents else ""
+        values.update(improve=improve, attempt=_attempt(request.repair), turn=str(request.repair.turn),
+                      turns=str(request.repair.turns),
+                      aim="a faster version of the kernel to improve" if request.parents else "this problem")
+    elif request.kind == LLM_MUTATION:
         values["parent"] = render_parent(request.parents[0])
     elif request.kind == LLM_CROSSOVER:
         values["parent_a"] = render_parent(request.parents[0])
         values["parent_b"] = render_parent(request.parents[1])
-    user = template(_TEMPLATES[request.kind]).substitute(values)
+    user = template(name).substitute(values)
     return [
         {"role": "system", "content": template("system.md").template.strip()},
         {"role": "user", "content": user.strip() + "\n"},
@@ -53,12 +88,30 @@ def build_messages(request: Request, context: ProblemContext) -> list[dict[str, 
 
 def render_parent(parent: ParentInfo) -> str:
     """A parent's source, its evaluation and its profile, as the prompt shows them."""
-    parts = [f"```python\n{parent.source.strip(chr(10))}\n```", "", f"Evaluation: {describe_result(parent.result)}"]
+    parts = [_code(parent.source), "", f"Evaluation: {describe_result(parent.result)}"]
     if parent.bottleneck:
         parts.append(f"Profiler's bottleneck class: {CLASS_LABELS.get(parent.bottleneck, parent.bottleneck)}")
     if parent.profile:
         parts += ["Profiler's summary:", "```", parent.profile.strip(), "```"]
     return "\n".join(parts)
+
+
+def scrub(reason: str, sizes: bool = True) -> str:
+    """A verdict's reason as a model may see it: no held-out shape, and (``sizes``) no size that could give one away.
+
+    Integers of two digits or more and tuples of integers go; floats (a max
+    |out - ref|) and line numbers stay. Without ``sizes`` (a reply that gave
+    no kernel: its reason is about the text of the reply) only the shapes go.
+
+    >>> scrub("fresh inputs at held-out shapes batch_size=5, dim=77: output 0 has shape (5, 77), max 0.52 > 1e-05")
+    'fresh inputs at held-out shapes (not shown): output 0 has shape (...), max 0.52 > 1e-05'
+    >>> scrub("line 12: a kernel's load out of bounds: 76 of 144 lanes, past the end of a 1296-byte tensor")
+    "line 12: a kernel's load out of bounds: ... of ... lanes, past the end of a ...-byte tensor"
+    """
+    reason = _HELD_OUT.sub("held-out shapes (not shown)", reason)
+    if not sizes:
+        return reason
+    return _INTEGERS.sub("...", _KNOBS.sub(r"\1=...", _SIZES.sub("(...)", reason)))
 
 
 def describe_result(result: Mapping[str, Any] | None) -> str:
@@ -82,8 +135,88 @@ def describe_result(result: Mapping[str, Any] | None) -> str:
     if _number(result.get("max_abs_diff")):
         parts.append(f"max |out - ref| {result['max_abs_diff']:.3g}")
     if result.get("reason"):
-        parts.append(f"reason: {_one_line(str(result['reason']))}")
+        parts.append(f"reason: {_one_line(scrub(str(result['reason'])))}")
     return "; ".join(parts)
+
+
+def _without_own_cutoff(reference: str) -> str:
+    """The reference without its ``MAX_ABS_DIFF`` (and the comment above it): the run's cutoff may differ."""
+    return _OWN_CUTOFF.sub("", reference)
+
+
+def _dtype(dtype: str | None) -> str:
+    if dtype is None:
+        return ""
+    return (f"\nThis run casts the floating inputs and weights to {dtype}: write the kernel for {dtype} "
+            f"tensors (the reference's own dtypes above are not the ones it gets).\n")
+
+
+def _answer_format(request: Request) -> str:
+    if request.repair is not None and request.repair.source is not None:
+        target = "your last attempt"
+    elif request.kind == LLM_SEED:
+        return template("answer_file.md").template.strip()
+    else:
+        target = "kernel A" if request.kind == LLM_CROSSOVER else "the kernel to improve"
+    return template("answer_edits.md").substitute(target=target).strip()
+
+
+def _findings(findings: Findings) -> str:
+    """The run's best kernel (and the floor, when known) and a few others, as a section; "" when none is known."""
+    parts = []
+    if findings.best is not None:
+        parts.append(f"The fastest kernel so far: {describe_result(findings.best.result)}\n\n"
+                     f"{_code(findings.best.source)}")
+    elif findings.parent_is_best:
+        parts.append("The kernel to improve below is the fastest so far.")
+    if _number(findings.floor_ms):
+        parts.append(f"The speed-of-light floor of this problem on this device is {findings.floor_ms:.4g} ms "
+                     "(its compulsory memory traffic and arithmetic at the device's peak rates): no kernel runs "
+                     "faster, and the closer to it the better.")
+    if findings.others:
+        parts.append("Other kernels of this run, fast or unlike the rest, for ideas:")
+        parts += [f"Kernel {other.id}: {describe_result(other.result)}\n{_code(other.source)}"
+                  for other in findings.others]
+    if not parts:
+        return ""
+    return "\n## What the run has found so far\n\n" + "\n\n".join(parts) + "\n"
+
+
+def _attempts(attempts: tuple[Attempt, ...]) -> str:
+    if not attempts:
+        return ""
+    lines = ["", "Its latest children in this run, and what became of them:"]
+    for attempt in attempts:
+        line = f"- kernel {attempt.id} ({attempt.operator}): {attempt.status}"
+        if _number(attempt.runtime_ms):
+            line += f", {attempt.runtime_ms:.4g} ms"
+        if attempt.reason:
+            line += f"; {_one_line(scrub(attempt.reason), 200)}"
+        if attempt.explanation:
+            line += f"; its idea: {_one_line(attempt.explanation, 200)}"
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
+def _attempt(repair: Repair) -> str:
+    """The failed attempt of a repair and its verdict."""
+    reason = _one_line(scrub(repair.reason, sizes=repair.status != NO_KERNEL), 1500)
+    if repair.status != NO_KERNEL:
+        return "\n".join([_code(repair.source or ""), "", f"Verdict: {repair.status}; reason: {reason}"])
+    parts = [f"Your answer gave no kernel to evaluate: {reason}."]
+    reply = repair.reply.strip()
+    if reply:
+        cut = " (cut short here)" if len(reply) > REPLY_LIMIT else ""
+        parts += ["", f"Your answer was{cut}:", "", "~~~~~~", reply[:REPLY_LIMIT], "~~~~~~"]
+    if repair.source is not None:
+        parts += ["", "Your last code, which edits in your next answer apply to:", "", _code(repair.source)]
+    return "\n".join(parts)
+
+
+def _code(source: str) -> str:
+    if len(source) > SOURCE_LIMIT:
+        return f"(its source, {len(source)} characters long, is not shown)"
+    return f"```python\n{source.strip(chr(10))}\n```"
 
 
 def _shapes(shapes: Mapping[str, int]) -> str:

@@ -1,10 +1,17 @@
 """LLM mutation, crossover and seeding: requests in, screened candidate sources out.
 
-``LlmProposer.propose`` is synchronous. Behind it, the requests not answered
-by the cache run concurrently on an asyncio loop in a thread of the proposer
-(at most ``settings.concurrency`` at once), and each reply is stored in the
-cache, on the caller's thread, as soon as it lands: a run killed mid-batch
-has paid for nothing it will pay for again.
+Two ways in. ``start(request)`` sends one request and returns at once with
+a ``Ticket``; ``finish(ticket)`` waits for its reply (``wait`` tells which
+tickets are done) and turns it into a ``Proposal``. The search loop works
+this way, so that evaluators never wait for a model: it starts requests
+when it plans children and takes each proposal when it lands. ``propose``
+is the batch form: start them all, take each as it lands.
+
+Behind both, requests run on an asyncio loop in a thread of the proposer
+(at most ``settings.concurrency`` at once). A reply is stored in the cache,
+on the caller's thread, when the caller takes it; replies that landed but
+were not taken yet are stored when the proposer closes (a run stopped
+mid-way keeps what it has paid for).
 
 The budget counts what earlier sessions of the run spent (``spent_usd``)
 and every paid reply. Once it is reached, no request is sent: the proposals
@@ -15,8 +22,9 @@ total can pass the limit by at most ``concurrency`` replies.
 Example::
 
     with LlmProposer(settings, store, context, spent_usd=store.llm_usage().cost_usd) as proposer:
-        proposals = proposer.propose([Request(LLM_MUTATION, (parent,), Focus.MEMORY, sample=7)])
-        children = [p.source for p in proposals if p.source is not None]
+        ticket = proposer.start(Request(LLM_MUTATION, (parent,), Focus.MEMORY, sample=7))
+        ...  # evaluate something meanwhile
+        proposal = proposer.finish(ticket)
 """
 
 from __future__ import annotations
@@ -27,10 +35,11 @@ import dataclasses
 import hashlib
 import json
 import logging
+import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
-from operators.edits import extract_code
+from operators.edits import extract_code, strip_reasoning
 from operators.llm import client
 from operators.llm.prompt import build_messages
 from operators.llm.request import LlmSettings, ProblemContext, Proposal, Request, ResponseCache, Usage
@@ -40,16 +49,27 @@ log = logging.getLogger(__name__)
 BUDGET_EXHAUSTED = "LLM budget exhausted"
 #: Part of every cache key: bump it when the same key could mean a different reply.
 CACHE_KEY_VERSION = 1
+#: The longest explanation kept with a child (the prose before its code).
+EXPLANATION_CHARS = 400
+_CODE_START = re.compile(r"^(```|~~~|<<<<<<< SEARCH)", re.MULTILINE)
 
 
-@dataclasses.dataclass(frozen=True)
-class _Call:
-    """A request made concrete: which model gets which messages, under which cache key."""
+@dataclasses.dataclass(eq=False)
+class Ticket:
+    """A request that ``LlmProposer.start`` sent (or answered at once): which model got which messages."""
 
     request: Request
     model: str
     messages: list[dict[str, str]]
     key: str
+    future: concurrent.futures.Future[client.Reply] | None = None  # the request on the wire
+    proposal: Proposal | None = None  # the answer, once taken (or known without a request)
+    repeat: bool = False  # the same question as a ticket in flight: it shares that one's reply
+
+    @property
+    def done(self) -> bool:
+        """True when ``finish`` returns without waiting."""
+        return self.proposal is not None or (self.future is not None and self.future.done())
 
 
 class LlmProposer:
@@ -65,6 +85,8 @@ class LlmProposer:
         self._spent = spent_usd
         self._unpriced: set[str] = set()
         self._told_exhausted = False
+        self._flying: dict[str, concurrent.futures.Future[client.Reply]] = {}  # key -> its request
+        self._open: list[Ticket] = []  # tickets sent and not taken yet
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="kevo-llm", daemon=True)
         self._thread.start()
@@ -77,41 +99,77 @@ class LlmProposer:
 
     @property
     def exhausted(self) -> bool:
-        """True once the budget (``max_cost_usd``) is spent: propose sends no more requests."""
+        """True once the budget (``max_cost_usd``) is spent: no more requests are sent."""
         return self.settings.max_cost_usd is not None and self._spent >= self.settings.max_cost_usd
+
+    def start(self, request: Request) -> Ticket:
+        """Send ``request`` (unless the cache or the budget answers it at once); ``finish`` takes the answer."""
+        ticket = self._ticket(request)
+        if ticket.key in self._flying:  # the same question is on the wire: share its reply
+            ticket.future, ticket.repeat = self._flying[ticket.key], True
+        elif (cached := self._cache.get_llm_response(ticket.key) if self._cache is not None else None) is not None:
+            ticket.proposal = self._proposal(ticket, cached, Usage(cached=True))
+        elif self.exhausted:
+            self._tell_exhausted()
+            ticket.proposal = self._refusal(ticket, BUDGET_EXHAUSTED, model="")
+        else:
+            ticket.future = asyncio.run_coroutine_threadsafe(self._ask(ticket), self._loop)
+            self._flying[ticket.key] = ticket.future
+        if ticket.proposal is None:
+            self._open.append(ticket)
+        return ticket
+
+    def finish(self, ticket: Ticket) -> Proposal:
+        """The proposal for ``ticket``, waiting for its reply if need be (``LlmSetupError`` if the model cannot
+        be used at all)."""
+        if ticket.proposal is not None:
+            return ticket.proposal
+        assert ticket.future is not None
+        reply = ticket.future.result()
+        if self._flying.get(ticket.key) is ticket.future:
+            del self._flying[ticket.key]
+        self._open.remove(ticket)
+        if ticket.repeat:  # the same, already paid reply
+            ticket.proposal = (self._refusal(ticket, reply.reason) if reply.text is None
+                               else self._proposal(ticket, reply.text, Usage(cached=True)))
+        else:
+            ticket.proposal = self._answer(ticket, reply)
+        return ticket.proposal
+
+    def wait(self, tickets: Iterable[Ticket], timeout: float | None = None) -> list[Ticket]:
+        """Those of ``tickets`` that are done, waiting up to ``timeout`` seconds (None: for ever) for one."""
+        tickets = list(tickets)
+        if not any(t.done for t in tickets):
+            futures = {t.future for t in tickets if t.future is not None}
+            if futures:
+                concurrent.futures.wait(futures, timeout, return_when=concurrent.futures.FIRST_COMPLETED)
+        return [t for t in tickets if t.done]
 
     def propose(self, requests: Sequence[Request]) -> list[Proposal]:
         """One proposal per request, in order; each carries a screened source or a reason."""
-        calls = [self._call(r) for r in requests]
-        proposals: list[Proposal | None] = [None] * len(calls)
-        pending: dict[concurrent.futures.Future[client.Reply], list[int]] = {}
-        asked: dict[str, concurrent.futures.Future[client.Reply]] = {}  # one request per key
-        for index, call in enumerate(calls):
-            if call.key in asked:
-                pending[asked[call.key]].append(index)
-                continue
-            cached = self._cache.get_llm_response(call.key) if self._cache is not None else None
-            if cached is not None:
-                proposals[index] = self._proposal(call, cached, Usage(cached=True))
-            else:
-                asked[call.key] = asyncio.run_coroutine_threadsafe(self._ask(call), self._loop)
-                pending[asked[call.key]] = [index]
+        tickets = [self.start(r) for r in requests]
         try:
-            for future in concurrent.futures.as_completed(pending):
-                first, *repeats = pending[future]
-                answer = proposals[first] = self._answer(calls[first], future.result())
-                for index in repeats:  # the same question again in this batch: the same, already paid reply
-                    proposals[index] = self._repeat(calls[index], answer, future.result())
+            first = {t.future: t for t in tickets if t.future is not None and not t.repeat}
+            for future in concurrent.futures.as_completed(first):
+                self.finish(first[future])  # each reply stored as it lands
+            return [self.finish(t) for t in tickets]
         except BaseException:
-            for future in pending:  # LlmSetupError, or the caller interrupted: send nothing more
-                future.cancel()
+            for ticket in tickets:  # LlmSetupError, or the caller interrupted: send nothing more
+                if ticket.future is not None:
+                    ticket.future.cancel()
             raise
-        return [p for p in proposals if p is not None]
 
     def close(self) -> None:
-        """Stop the request thread; requests in flight are cancelled."""
+        """Keep the replies that landed and were not taken; cancel the requests still in flight; stop the thread."""
         if self._loop.is_closed():
             return
+        for ticket in list(self._open):
+            future = ticket.future
+            if future is not None and future.done() and not future.cancelled() and future.exception() is None:
+                reply = future.result()
+                if reply.text is not None and not ticket.repeat and self._cache is not None:
+                    self._cache.put_llm_response(ticket.key, ticket.model, reply.text, _usage(reply))
+        self._open.clear()
         asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result()
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join()
@@ -125,14 +183,18 @@ class LlmProposer:
 
     # -- one request ----------------------------------------------------------
 
-    def _call(self, request: Request) -> _Call:
+    def _ticket(self, request: Request) -> Ticket:
         model = self._model_for(request)
         messages = build_messages(request, self.context)
-        return _Call(request, model, messages, cache_key(model, messages, request.sample, self.settings))
+        return Ticket(request, model, messages, cache_key(model, messages, request.sample, self.settings))
 
     def _model_for(self, request: Request) -> str:
-        """A model drawn by weight, but from a hash of the request, so a resumed run draws the same."""
+        """The request's own model; else one drawn by weight from a hash of the request, so a resume draws the same."""
         models = list(self.settings.models)
+        if request.model is not None:
+            if request.model not in self.settings.models:
+                raise ValueError(f"request for model {request.model!r}, which is not one of {models}")
+            return request.model
         if len(models) == 1:
             return models[0]
         identity = json.dumps([request.kind, [p.id for p in request.parents], request.focus.value, request.sample])
@@ -144,48 +206,41 @@ class LlmProposer:
                 return model
         return models[-1]
 
-    async def _ask(self, call: _Call) -> client.Reply:
+    async def _ask(self, ticket: Ticket) -> client.Reply:
         async with self._limit:
             if self.exhausted:
                 return client.Reply(None, reason=BUDGET_EXHAUSTED)
-            reply = await client.complete(call.model, call.messages, self.settings)
+            reply = await client.complete(ticket.model, ticket.messages, self.settings)
             self._spent += reply.cost_usd  # on the loop's thread only, between awaits
             return reply
 
-    def _answer(self, call: _Call, reply: client.Reply) -> Proposal:
+    def _answer(self, ticket: Ticket, reply: client.Reply) -> Proposal:
         if reply.text is None:
             if reply.reason == BUDGET_EXHAUSTED:
                 self._tell_exhausted()
-                return self._refusal(call, BUDGET_EXHAUSTED, model="")
-            return self._refusal(call, reply.reason)
-        usage = {"prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
-                 "cost_usd": reply.cost_usd, "finish_reason": reply.finish_reason}
+                return self._refusal(ticket, BUDGET_EXHAUSTED, model="")
+            return self._refusal(ticket, reply.reason)
         if self._cache is not None:
-            self._cache.put_llm_response(call.key, call.model, reply.text, usage)
-        if not reply.cost_known and call.model not in self._unpriced:
-            self._unpriced.add(call.model)
+            self._cache.put_llm_response(ticket.key, ticket.model, reply.text, _usage(reply))
+        if not reply.cost_known and ticket.model not in self._unpriced:
+            self._unpriced.add(ticket.model)
             level = logging.WARNING if self.settings.max_cost_usd is not None else logging.INFO
             log.log(level, "litellm has no price for %s: its replies count as $0 toward llm.max_cost_usd; "
-                    "set llm.prices to count them", call.model)
-        proposal = self._proposal(call, reply.text, Usage(reply.prompt_tokens, reply.completion_tokens,
-                                                           reply.cost_usd))
+                    "set llm.prices to count them", ticket.model)
+        proposal = self._proposal(ticket, reply.text, Usage(reply.prompt_tokens, reply.completion_tokens,
+                                                             reply.cost_usd))
         if proposal.source is None and reply.finish_reason == "length":
             proposal = dataclasses.replace(
                 proposal, reason=f"{proposal.reason} (the reply was cut off at llm.max_tokens = "
-                                 f"{client.max_tokens_for(call.model, self.settings)})")
+                                 f"{client.max_tokens_for(ticket.model, self.settings)})")
         if self.exhausted:
             self._tell_exhausted()
         return proposal
 
-    def _repeat(self, call: _Call, first: Proposal, reply: client.Reply) -> Proposal:
-        if reply.text is None:
-            return self._refusal(call, first.reason, model=first.model)
-        return self._proposal(call, reply.text, Usage(cached=True))
-
-    def _proposal(self, call: _Call, text: str, usage: Usage) -> Proposal:
+    def _proposal(self, ticket: Ticket, text: str, usage: Usage) -> Proposal:
         """The source a reply yields once extracted and screened, or why it yields none."""
-        request = call.request
-        base = request.parents[0].source if request.parents else None
+        request = ticket.request
+        base = request.base
         extracted = extract_code(text, base)
         reason = extracted.reason
         if extracted.source is not None:
@@ -193,12 +248,14 @@ class LlmProposer:
             if reason is None and base is not None and extracted.source.strip() == base.strip():
                 reason = "the reply repeats the parent unchanged"
         source = extracted.source if not reason else None
-        return Proposal(source, request.kind, call.model, tuple(p.id for p in request.parents), request.focus,
-                        reason or "", extracted.form, usage)
+        return Proposal(source, request.kind, ticket.model, tuple(p.id for p in request.parents), request.focus,
+                        reason or "", extracted.form, usage, explanation(text), repairable=source is None,
+                        draft=extracted.source if source is None else None,
+                        reply=strip_reasoning(text).strip() if source is None else "")
 
-    def _refusal(self, call: _Call, reason: str, model: str | None = None) -> Proposal:
-        request = call.request
-        return Proposal(None, request.kind, call.model if model is None else model,
+    def _refusal(self, ticket: Ticket, reason: str, model: str | None = None) -> Proposal:
+        request = ticket.request
+        return Proposal(None, request.kind, ticket.model if model is None else model,
                         tuple(p.id for p in request.parents), request.focus, reason)
 
     def _tell_exhausted(self) -> None:
@@ -223,6 +280,23 @@ def cache_key(model: str, messages: list[dict[str, str]], sample: int, settings:
     if settings.reasoning_effort is not None:  # only when set: keys of runs from before it existed still match
         material["reasoning_effort"] = settings.reasoning_effort.value
     return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
+
+
+def explanation(reply: str) -> str:
+    """The model's own words on its idea: the prose of ``reply`` before its code, on one line, cut short.
+
+    >>> explanation("<think>hmm</think>Vectorised loads, and one pass.\\n```python\\nx = 1\\n```")
+    'Vectorised loads, and one pass.'
+    """
+    answer = strip_reasoning(reply)
+    found = _CODE_START.search(answer)
+    prose = " ".join((answer[:found.start()] if found else "").split())
+    return prose if len(prose) <= EXPLANATION_CHARS else prose[:EXPLANATION_CHARS - 4] + " ..."
+
+
+def _usage(reply: client.Reply) -> dict[str, object]:
+    return {"prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
+            "cost_usd": reply.cost_usd, "finish_reason": reply.finish_reason}
 
 
 def _refusal_reason(verdict: object) -> str | None:

@@ -76,6 +76,57 @@ class ParentInfo:
 
 
 @dataclasses.dataclass(frozen=True)
+class Attempt:
+    """An earlier child of a parent, and what became of it (a prompt's "earlier attempts")."""
+
+    id: int
+    operator: str
+    status: str
+    runtime_ms: float | None = None
+    reason: str = ""  # the verdict's reason, for a kernel that was not accepted
+    explanation: str = ""  # what the model said it tried, for an LLM child
+
+
+@dataclasses.dataclass(frozen=True)
+class Findings:
+    """What the run has found so far, as a prompt shows it beside the parent.
+
+    All optional: a prompt says nothing of what is not known (no floor
+    before the speed-of-light work measures one, no best before a result).
+    """
+
+    best: ParentInfo | None = None  # the fastest accepted kernel, when it is not the parent itself
+    parent_is_best: bool = False
+    others: tuple[ParentInfo, ...] = ()  # a few more fast kernels, and one unlike them
+    attempts: tuple[Attempt, ...] = ()  # the parent's recent children, oldest first
+    dtype: str | None = None  # problem.dtype: the floating dtype the run casts inputs and weights to
+    floor_ms: float | None = None  # the speed-of-light floor of the problem on this device
+
+
+@dataclasses.dataclass(frozen=True)
+class Repair:
+    """A failed attempt going back to the model that wrote it, with what kevo's verdict said.
+
+    ``source`` is the model's last code, which edits in the answer apply to:
+    the failed kernel, or the code the screen refused. It is None when the
+    reply gave no code (an edit that did not apply, prose only) on a first
+    attempt: edits then apply to the kernel to improve. ``reply`` is the
+    model's answer when it gave no kernel.
+    """
+
+    turn: int  # 1 for the first repair of an attempt
+    turns: int  # the most repair turns an attempt gets (llm.repair_turns)
+    status: str  # the verdict's status, or NO_KERNEL
+    reason: str  # kevo's reason, never the inputs or the held-out shapes (the prompt scrubs those)
+    source: str | None = None
+    reply: str = ""
+
+
+#: ``Repair.status`` of a reply that gave no kernel to evaluate.
+NO_KERNEL = "no_kernel"
+
+
+@dataclasses.dataclass(frozen=True)
 class Request:
     """One proposal to make.
 
@@ -83,12 +134,18 @@ class Request:
     asked twice): it is part of the cache key, so a resumed run that asks
     again with the same sample gets the stored reply, and a new sample gets a
     new one. Give each request of a run its own, reproducible number.
+    ``model`` names the model to ask (one of the settings' models); None
+    draws one by weight from the request itself. A ``repair`` (of a mutation,
+    or of a first kernel) sends a failed attempt back with its verdict.
     """
 
     kind: str  # LLM_MUTATION, LLM_CROSSOVER or LLM_SEED
     parents: tuple[ParentInfo, ...] = ()  # one for a mutation, two for a crossover, none for a seed
     focus: Focus = Focus.GENERAL
     sample: int = 0
+    model: str | None = None
+    findings: Findings = Findings()
+    repair: Repair | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in _PARENTS_PER_KIND:
@@ -96,8 +153,35 @@ class Request:
         if len(self.parents) != _PARENTS_PER_KIND[self.kind]:
             raise ValueError(f"a {self.kind} request takes {_PARENTS_PER_KIND[self.kind]} parents, "
                              f"got {len(self.parents)}")
+        if self.repair is not None and self.kind not in (LLM_MUTATION, LLM_SEED):
+            raise ValueError(f"a repair request is an {LLM_MUTATION} or an {LLM_SEED}, not an {self.kind}")
         object.__setattr__(self, "parents", tuple(self.parents))
         object.__setattr__(self, "focus", Focus(self.focus))
+
+    @property
+    def base(self) -> str | None:
+        """The source that edits in the answer apply to: the failed attempt of a repair, else the first parent."""
+        if self.repair is not None and self.repair.source is not None:
+            return self.repair.source
+        return self.parents[0].source if self.parents else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (a request waiting for its reply is part of the search's checkpoint)."""
+        data = dataclasses.asdict(self)
+        data["focus"] = self.focus.value
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Request":
+        """The request ``to_dict`` wrote."""
+        findings = dict(data.get("findings") or {})
+        findings["best"] = ParentInfo(**findings["best"]) if findings.get("best") else None
+        findings["others"] = tuple(ParentInfo(**p) for p in findings.get("others", ()))
+        findings["attempts"] = tuple(Attempt(**a) for a in findings.get("attempts", ()))
+        repair = data.get("repair")
+        return cls(data["kind"], tuple(ParentInfo(**p) for p in data["parents"]), Focus(data["focus"]),
+                   data["sample"], data.get("model"), Findings(**findings),
+                   Repair(**repair) if repair else None)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,6 +206,12 @@ class Proposal:
     reason: str = ""  # why source is None, e.g. "edit 2 did not apply: its SEARCH text is not in the parent"
     form: str | None = None  # how the source was read: "whole_file" or "edits"
     usage: Usage = Usage()
+    explanation: str = ""  # the model's few words on its idea, from the prose before its code
+    # The reply came but gave no kernel, for a reason the model can fix (an edit that did not apply,
+    # a refusal of the screen, prose only): worth a repair turn. Not so a timeout or the budget.
+    repairable: bool = False
+    draft: str | None = None  # the code the reply made when the screen refused it (a repair's base)
+    reply: str = ""  # the answer (its reasoning dropped) when it gave no kernel, to show in a repair
 
 
 class ResponseCache(Protocol):
