@@ -101,7 +101,7 @@ class WorkerChannel:
         fresh one, as for any reused worker."""
         if self.worker is not None or getattr(worker, "kind", None) != self._worker_kind() or not worker.alive():
             return False
-        worker._open_shared = self._open_shared  # its copies are timed here now
+        worker.open_shared = self._open_shared  # its copies are timed here now
         self.worker, self.served, self.loaded = worker, 1, None
         self._confinement = getattr(worker, "confinement", "")
         return True

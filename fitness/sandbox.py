@@ -135,7 +135,7 @@ class WorkerProcess:
                  startup_timeout: float, memory_limit: int = 0,
                  open_shared: Callable[[dict, Any, list, int], Any] | None = None) -> None:
         # open_shared(shared, dtype, shape, worker_pid): our copy of a device tensor the worker shared
-        self._open_shared = open_shared
+        self.open_shared = open_shared  # how shared tensors are opened; the evaluator that adopts this worker sets its own
         _remove_leftovers()
         owner = os.getpid()
         self.workdir = tempfile.mkdtemp(prefix=f"kevo-worker-{owner}-")
@@ -208,9 +208,9 @@ class WorkerProcess:
         return WorkerGone("crashed", f"worker process {how}{detail}")
 
     def _open(self, shared: dict, dtype: Any, shape: list) -> Any:
-        if self._open_shared is None:
+        if self.open_shared is None:
             raise ValueError("a shared device tensor where none was expected")
-        return self._open_shared(shared, dtype, shape, self.process.pid)
+        return self.open_shared(shared, dtype, shape, self.process.pid)
 
     def _receive(self, timeout: float) -> tuple[dict[str, Any], list]:
         try:

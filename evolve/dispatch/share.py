@@ -47,11 +47,13 @@ class SharedDispatcher:
 
     def __init__(self, dispatcher: RayDispatcher) -> None:
         self.dispatcher = dispatcher
-        self._cond = threading.Condition()
+        # The lock the dispatch thread and every view share: a view waits on it for its
+        # verdicts, and ``error`` (set by the dispatch thread) is read under it (``check``).
+        self.cond = threading.Condition()
         self._inbox: list[tuple[str, View, Any]] = []  # ("submit", view, (key, source)) or ("cancel", view, keys)
         self._views: dict[int, View] = {}
         self._ids = itertools.count()
-        self._error: BaseException | None = None
+        self.error: BaseException | None = None
         self._closing = False
         self._thread = threading.Thread(target=self._dispatch, name="kevo-shared-dispatch", daemon=True)
         self._thread.start()
@@ -60,27 +62,32 @@ class SharedDispatcher:
         """A dispatcher for ``spec``'s candidates, its problem prepared on one actor (raises what
         the evaluator raises for a problem it refuses)."""
         view = View(self, next(self._ids), spec, self._prepare_one(spec, ready_timeout_s))
-        with self._cond:
+        with self.cond:
             self._views[view.id] = view
         return view
 
     def close(self) -> None:
         """Stop dispatching; views still in use raise ``PoolClosed``. The Ray dispatcher stays its owner's."""
-        with self._cond:
+        with self.cond:
             self._closing = True
-            self._error = self._error or PoolClosed("the sweep's pool of evaluators was closed")
-            self._cond.notify_all()
+            self.error = self.error or PoolClosed("the sweep's pool of evaluators was closed")
+            self.cond.notify_all()
         self._thread.join(timeout=30)
 
-    def _post(self, kind: str, view: View, what: Any) -> None:
+    def post(self, kind: str, view: View, what: Any) -> None:
         """Called with the condition held."""
-        self._check()
+        self.check()
         self._inbox.append((kind, view, what))
-        self._cond.notify_all()
+        self.cond.notify_all()
 
-    def _check(self) -> None:
-        if self._error is not None:
-            raise self._error
+    def forget(self, view_id: int) -> None:
+        """Drop view ``view_id`` (closed): verdicts for its keys are no longer delivered. Call under ``cond``."""
+        self._views.pop(view_id, None)
+
+    def check(self) -> None:
+        """Raise what stopped the dispatch thread, if anything did. Call under ``cond``."""
+        if self.error is not None:
+            raise self.error
 
     def _prepare_one(self, spec: EvaluatorSpec, timeout_s: float) -> dict[str, Any]:
         """Where ``spec`` is evaluated, from the first actor that prepares it (the others build its
@@ -95,23 +102,23 @@ class SharedDispatcher:
                 except actor_errors(ray):
                     continue  # lost meanwhile: the dispatcher notices it and replaces it
                 return {k: v for k, v in info.items() if k != "pid"}
-            with self._cond:
-                self._check()
+            with self.cond:
+                self.check()
                 if time.monotonic() > deadline:
                     raise PoolClosed(f"no evaluator actor was alive to prepare {spec.reference} "
                                      f"within {timeout_s:.0f} s")
-                self._cond.wait(1.0)
+                self.cond.wait(1.0)
 
     def _dispatch(self) -> None:
         """The one thread that calls the Ray dispatcher: hand out, wait a little, route results."""
         dispatcher = self.dispatcher
         try:
             while True:
-                with self._cond:
+                with self.cond:
                     if self._closing:
                         return
                     if not self._inbox and not dispatcher.in_flight:
-                        self._cond.wait(POLL_S)
+                        self.cond.wait(POLL_S)
                     inbox, self._inbox = self._inbox, []
                 for kind, view, what in inbox:
                     if kind == "submit":
@@ -125,17 +132,17 @@ class SharedDispatcher:
                 while dispatcher.ready():
                     results.append(dispatcher.next_result())
                 if results:
-                    with self._cond:
+                    with self.cond:
                         for (view_id, key), result in results:
                             view = self._views.get(view_id)
                             if view is not None and key in view.keys:
                                 view.verdicts.append((key, result))
-                        self._cond.notify_all()
+                        self.cond.notify_all()
         except BaseException as exc:  # the runs that wait on this thread get the error, not a hang
             log.error("the sweep's shared dispatcher failed", exc_info=exc)
-            with self._cond:
-                self._error = exc
-                self._cond.notify_all()
+            with self.cond:
+                self.error = exc
+                self.cond.notify_all()
 
 
 class View(Dispatcher):
@@ -147,30 +154,30 @@ class View(Dispatcher):
         self.verdicts: collections.deque[tuple[Any, EvalResult]] = collections.deque()
 
     def submit(self, key: Any, source: str) -> None:
-        with self.shared._cond:
+        with self.shared.cond:
             self.keys.add(key)
-            self.shared._post("submit", self, (key, source))
+            self.shared.post("submit", self, (key, source))
 
     def next_result(self) -> tuple[Any, EvalResult]:
-        with self.shared._cond:
+        with self.shared.cond:
             while not self.verdicts:
-                self.shared._check()
+                self.shared.check()
                 if not self.keys:
                     raise LookupError("no candidate is in flight")
-                self.shared._cond.wait()
+                self.shared.cond.wait()
             key, result = self.verdicts.popleft()
             self.keys.discard(key)
             return key, result
 
     def wait(self, timeout_s: float) -> bool:
-        with self.shared._cond:
-            self.shared._cond.wait_for(lambda: self.verdicts or not self.keys or self.shared._error, timeout_s)
-            self.shared._check()
+        with self.shared.cond:
+            self.shared.cond.wait_for(lambda: self.verdicts or not self.keys or self.shared.error, timeout_s)
+            self.shared.check()
             return bool(self.verdicts)
 
     def ready(self) -> int:
-        with self.shared._cond:
-            self.shared._check()
+        with self.shared.cond:
+            self.shared.check()
             return len(self.verdicts)
 
     @property
@@ -184,11 +191,11 @@ class View(Dispatcher):
         return self.shared.dispatcher.capacity
 
     def cancel(self) -> list[Any]:
-        with self.shared._cond:
+        with self.shared.cond:
             keys, self.keys = sorted(self.keys), set()
             self.verdicts.clear()
-            if keys and self.shared._error is None:
-                self.shared._post("cancel", self, keys)
+            if keys and self.shared.error is None:
+                self.shared.post("cancel", self, keys)
             return keys
 
     def profile_later(self, source: str, runtime_ms: float | None) -> Any:
@@ -208,5 +215,5 @@ class View(Dispatcher):
     def close(self) -> None:
         """Give up what is still in flight (a run that raised) and leave the pool."""
         self.cancel()
-        with self.shared._cond:
-            self.shared._views.pop(self.id, None)
+        with self.shared.cond:
+            self.shared.forget(self.id)
