@@ -153,6 +153,8 @@ class ClusterConfig:
     # Candidates one actor evaluates at once; None: 3 on a GPU (two compile and
     # check while one is timed, alone on the device), 1 on the CPU.
     slots: int | None = None
+    # Seconds between looks for nodes that joined (they get actors) or were lost (candidates requeued).
+    node_check_s: float = 5.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -320,21 +322,18 @@ def _check_values(config: Config, origin: str) -> None:
     for key in ("max_generations", "patience"):
         value = getattr(search, key)
         require(value is None or value >= 1, f"search.{key}", "must be at least 1 (or left out)")
-    for key in ("max_wall_time_s", "target_speedup"):
-        value = getattr(search, key)
-        require(value is None or value > 0, f"search.{key}", "must be positive (or left out)")
+    for key in ("search.max_wall_time_s", "search.target_speedup", "fitness.max_abs_diff", "fitness.timeout_s",
+                "profiler.timeout_s", "cluster.node_check_s"):
+        value = getattr(getattr(config, key.split(".")[0]), key.split(".")[1])
+        require(value is None or value > 0, key, "must be positive")
     require(search.stop_at_sol is None or 0 < search.stop_at_sol <= 1, "search.stop_at_sol", "must be in (0, 1]")
     require(search.confirm_rounds is None or search.confirm_rounds >= 0, "search.confirm_rounds", "must be >= 0")
-    require(config.fitness.max_abs_diff is None or config.fitness.max_abs_diff > 0,
-            "fitness.max_abs_diff", "must be positive")
     require(config.cluster.actors is None or config.cluster.actors >= 0, "cluster.actors",
             "must be 0 (evaluate in this process), a positive number of actors, or left out (one per GPU)")
     require(config.cluster.slots is None or config.cluster.slots >= 1, "cluster.slots",
             "must be at least 1 (or left out: 3 per GPU actor, 1 per CPU actor)")
     require(config.cluster.address is None or config.cluster.address.strip() != "", "cluster.address",
             "must name a Ray cluster (host:port, or 'auto'), or be left out to start a local one")
-    require(config.fitness.timeout_s > 0, "fitness.timeout_s", "must be positive")
-    require(config.profiler.timeout_s > 0, "profiler.timeout_s", "must be positive")
     require(all(w >= 0 for w in ops.weights.values()) and sum(ops.weights.values()) > 0,
             "operators.weights", "weights must be >= 0 and at least one positive")
     require(ops.max_changes >= 1, "operators.max_changes", "must be at least 1")

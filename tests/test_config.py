@@ -103,6 +103,7 @@ def test_the_resolved_config_reads_back_unchanged(tmp_path):
     ("operators:\n  space: {softmax_kernel.num_warps: 4}\n", "operators.space.softmax_kernel.num_warps: expected a list, got 4"),
     ("fitness:\n  max_abs_diff: small\n", "fitness.max_abs_diff: expected a number, got 'small'"),
     ("fitness:\n  max_abs_diff: -1.0\n", "fitness.max_abs_diff: must be positive"),
+    ("cluster:\n  node_check_s: 0\n", "cluster.node_check_s: must be positive"),
     ("search:\n  population_size: 0\n", "search.population_size: must be at least 1"),
     ("search:\n  elite: 20\n", "search.elite"),
     ("llm:\n  model: anthropic/claude-sonnet-4\n  models: {openai/gpt-4o: 1.0}\n", "llm.models: set llm.model"),

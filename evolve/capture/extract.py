@@ -77,11 +77,11 @@ def extract(model_path: str | Path, out_dir: str | Path, shapes: dict[str, int] 
     if not written:
         raise CaptureError(f"{model_path.name}: no region could be written ({skipped[0]['reason']})")
     entries = [_entry(group, path, share, platform, compiled) for group, path, share in written]
-    covered = sum(e.share for e in entries)
+    covered = min(1.0, sum(e.share for e in entries))
     eager_ms = time_forward(platform, captured.model, problem)
     compiled_ms = _compiled_ms(platform, captured.model, problem) if compiled else None
     manifest = Manifest(str(model_path), dict(shapes or {}), platform.name, platform.device_name(), prof.total_ms,
-                        cover, covered, sum(g.ms for g in groups) / prof.total_ms if prof.total_ms else 0.0,
+                        cover, covered, _share(sum(g.ms for g in groups), prof.total_ms),
                         eager_ms, compiled_ms, entries, skipped)
     write_manifest(manifest, out_dir)
     (out_dir / SWEEP_FILE).write_text(sweep_text(manifest, model_path.name), encoding="utf-8")
@@ -102,8 +102,8 @@ def _groups(captured: Captured, prof: Profile, seen: dict[Key, list[Any]]) -> tu
             spec = region_spec(call, state, seen[key])
         except NotWritable as exc:
             if prof.region_ms(key) > 0:
-                skipped.append({"region": call.region.name, "share": prof.region_ms(key) / prof.total_ms
-                                if prof.total_ms else 0.0, "reason": str(exc)})
+                skipped.append({"region": call.region.name, "share": _share(prof.region_ms(key), prof.total_ms),
+                                "reason": str(exc)})
             continue
         group = groups.setdefault(spec.key, _Group(spec, call.region, []))
         group.keys.append(key)
@@ -111,6 +111,12 @@ def _groups(captured: Captured, prof: Profile, seen: dict[Key, list[Any]]) -> tu
         group.calls += prof.regions[key].calls / prof.forwards
     skipped = [s for s in skipped if s["share"] >= 0.01]  # state updates and the like: not worth a line
     return sorted(groups.values(), key=lambda g: -g.ms), skipped
+
+
+def _share(ms: float, total_ms: float) -> float:
+    """``ms`` as a share of the forward, in [0, 1] (a region that is the whole forward sums its
+    kernels in another order than the total does, which can land one ulp above 1)."""
+    return min(1.0, ms / total_ms) if total_ms > 0 else 0.0
 
 
 def _forget_previous(out_dir: Path) -> None:
@@ -136,7 +142,7 @@ def _write_covering(groups: list[_Group], cover: float, prof: Profile, model_pat
         planned = covered
         while queue and planned < cover - 1e-9:
             group = queue.pop(0)
-            share = group.ms / prof.total_ms if prof.total_ms > 0 else 0.0
+            share = _share(group.ms, prof.total_ms)
             path = _write(group, len(written) + len(batch), share, model_path, out_dir, captured, platform)
             batch.append((group, path, share))
             planned += share

@@ -92,8 +92,9 @@ class Fleet:
     """
 
     def __init__(self, ray: Any, actor_class: Any, plan: Plan, options: dict[str, Any] | None = None,
-                 args: tuple = (), kwargs: dict[str, Any] | None = None) -> None:
+                 args: tuple = (), kwargs: dict[str, Any] | None = None, check_s: float = NODE_CHECK_S) -> None:
         self._ray = ray
+        self.check_s = check_s
         self._actor_class, self._options = actor_class, options or plan.options
         self._args, self._kwargs = args, kwargs or {}
         self.plan = plan
@@ -124,9 +125,9 @@ class Fleet:
         return fresh
 
     def follow(self) -> tuple[list[Any], list[Any]]:
-        """At most every ``NODE_CHECK_S``: (actors of nodes that are gone, dropped; actors started on
+        """At most every ``check_s``: (actors of nodes that are gone, dropped; actors started on
         nodes with room, such as one that joined)."""
-        if time.monotonic() - self._checked < NODE_CHECK_S:
+        if time.monotonic() - self._checked < self.check_s:
             return [], []
         alive = self.nodes()
         gone = [actor for actor, node in self.node_of.items() if node not in alive]

@@ -249,7 +249,7 @@ def _ray_dispatcher(config: Config, keep_problems: int = 1) -> RayDispatcher:
     if cluster.address is not None:
         check_address(cluster.address)
     return RayDispatcher(evaluator_spec(config), num_actors=cluster.actors, address=cluster.address,
-                         slots=cluster.slots, keep_problems=keep_problems)
+                         slots=cluster.slots, keep_problems=keep_problems, node_check_s=cluster.node_check_s)
 
 
 @contextlib.contextmanager

@@ -79,7 +79,8 @@ class RayDispatcher(Dispatcher):
 
     def __init__(self, spec: EvaluatorSpec, num_actors: int | None = None, address: str | None = None,
                  ready_timeout_s: float = 600.0, slots: int | None = None, actor_class: type | None = None,
-                 actor_options: dict[str, Any] | None = None, keep_problems: int = 1) -> None:
+                 actor_options: dict[str, Any] | None = None, keep_problems: int = 1,
+                 node_check_s: float = NODE_CHECK_S) -> None:
         if num_actors is not None and num_actors < 1:
             raise ValueError(f"num_actors must be at least 1 (or None for one per GPU), got {num_actors}")
         if slots is not None and slots < 1:
@@ -94,7 +95,8 @@ class RayDispatcher(Dispatcher):
         # problems of a sweep that go side by side (stand-ins take neither)
         kwargs = {"slots": self.slots, "keep_problems": keep_problems} if actor_class is None else {}
         home = os.environ.get("HOME") if address is None else None  # see connect.bootstrap_home
-        self._fleet = Fleet(ray, ray.remote(actor_class or EvaluatorActor), plan, options, (home,), kwargs)
+        self._fleet = Fleet(ray, ray.remote(actor_class or EvaluatorActor), plan, options, (home,), kwargs,
+                            check_s=node_check_s)
         self._spec = spec
         self._ready_timeout_s = ready_timeout_s
         self._queue: collections.deque[_Job] = collections.deque()
@@ -149,7 +151,7 @@ class RayDispatcher(Dispatcher):
             if time.monotonic() > deadline:
                 raise RayUnavailable(f"no evaluator actor of the Ray cluster came up within "
                                      f"{self._ready_timeout_s:.0f} s (nodes: {self._fleet.nodes()})")
-            time.sleep(min(NODE_CHECK_S, max(0.0, deadline - time.monotonic())))
+            time.sleep(min(self._fleet.check_s, max(0.0, deadline - time.monotonic())))
             self._add(self._fleet.fill())
 
     @property
@@ -196,13 +198,13 @@ class RayDispatcher(Dispatcher):
         while not self._verdicts:
             if not self.in_flight:
                 raise LookupError("no candidate is in flight")
-            self._pump(NODE_CHECK_S)
+            self._pump(self._fleet.check_s)
         return self._verdicts.popleft()
 
     def wait(self, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
         while not self._verdicts and self.in_flight and (left := deadline - time.monotonic()) > 0:
-            self._pump(min(left, NODE_CHECK_S))
+            self._pump(min(left, self._fleet.check_s))
         return bool(self._verdicts)
 
     @property
