@@ -4,9 +4,10 @@ The run: the elementwise problem on the CPU platform (Triton's interpreter,
 the real evaluation protocol) at small shapes, kevo's default weights for a
 run that names a model, population 4, one evaluator in this process. The
 model is a loopback server (``tests/llm_replay_server.py``) that answers
-every request after ``--delay`` seconds with a correct kernel at sizes of its
-own, a new one for each request (the sizes cycle; a module constant numbers
-the variant), through litellm's real HTTP path.
+every request after ``--delay`` seconds with a correct kernel: the problem's
+seed (``problems/elementwise/seed.py``) at sizes of its own, a new one for each
+request (the sizes cycle; a module constant numbers the variant), through
+litellm's real HTTP path.
 
 Busy share = time candidates were being evaluated / wall time, over the
 window from the start of the first LLM child's evaluation (the first reply
@@ -30,6 +31,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -40,46 +42,26 @@ ROOT = Path(__file__).resolve().parents[1]
 PROBLEM = ROOT / "problems" / "elementwise"
 SHAPES = {"batch_size": 4, "dim": 100}
 MODEL = "openai/gpt-4o-mini"  # litellm has its price; the loopback server answers as it
-KERNEL = '''\
-import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
-
-VARIANT = {n}
-
-
-@triton.jit
-def gated_mul_kernel(x_ptr, y_ptr, out_ptr, n_elements, BLOCK_SIZE: tl.constexpr):
-    pid = tl.program_id(0)
-    offsets = pid.to(tl.int64) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
-    mask = offsets < n_elements
-    x = tl.load(x_ptr + offsets, mask=mask, other=0.0)
-    y = tl.load(y_ptr + offsets, mask=mask, other=0.0)
-    tl.store(out_ptr + offsets, {expression}, mask=mask)
-
-
-class ModelNew(nn.Module):
-    def __init__(self):
-        super().__init__()
-
-    def forward(self, x, y):
-        out = torch.empty_like(x)
-        n_elements = x.numel()
-        grid = lambda meta: (triton.cdiv(n_elements, meta["BLOCK_SIZE"]),)
-        gated_mul_kernel[grid](x, y, out, n_elements, BLOCK_SIZE={block}, num_warps={warps})
-        return out
-'''
+SEED = PROBLEM / "seed.py"  # every reply is this seed rewritten: its text is read, never copied here
+#: What a reply rewrites in the seed: its launch sizes, its gate, and the line its kernel starts on.
+REWRITES = (re.compile(r"BLOCK_SIZE=\d+, num_warps=\d+"), re.compile(r"gate = .*"),
+            re.compile(r"^@triton\.jit", re.MULTILINE))
 BLOCKS, WARPS = (16, 32, 64, 128, 256, 512, 1024, 2048), (1, 2, 4, 8)
-EXPRESSIONS = ("x * tl.sigmoid(y)", "x / (1.0 + tl.exp(-y))")
+GATES = ("tl.sigmoid(y)", "1.0 / (1.0 + tl.exp(-y))")
 
 
 def kernel_reply(n: int) -> str:
-    """The n-th answer: a correct kernel, a new one for each n."""
+    """The n-th answer: the seed, still correct, with sizes and a gate of its own and a module
+    constant that numbers the variant (so each n is a new kernel)."""
     block, warps = BLOCKS[n % len(BLOCKS)], WARPS[(n // len(BLOCKS)) % len(WARPS)]
-    expression = EXPRESSIONS[(n // (len(BLOCKS) * len(WARPS))) % len(EXPRESSIONS)]
-    return (f"A block of {block} with {warps} warps.\n\n```python\n"
-            + KERNEL.format(n=n, block=block, warps=warps, expression=expression) + "```\n")
+    gate = GATES[(n // (len(BLOCKS) * len(WARPS))) % len(GATES)]
+    kernel = SEED.read_text(encoding="utf-8")
+    replacements = (f"BLOCK_SIZE={block}, num_warps={warps}", f"gate = {gate}", f"VARIANT = {n}\n\n\n@triton.jit")
+    for pattern, replacement in zip(REWRITES, replacements):
+        kernel, found = pattern.subn(replacement, kernel, count=1)
+        if not found:
+            raise ValueError(f"{SEED} has no {pattern.pattern!r} for the loopback model to rewrite")
+    return f"A block of {block} with {warps} warps.\n\n```python\n{kernel}```\n"
 
 
 @contextlib.contextmanager
