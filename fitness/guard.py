@@ -339,20 +339,22 @@ class Guard:
         Timed runs leave the profile hook off (it would be charged to the
         candidate's runtime); the audit hook stays on everywhere.
         """
-        return _Running(self, profile)
+        return _Running(self, self._profile if profile else None)
 
 
 class _Running:
-    def __init__(self, guard: Guard, profile: bool) -> None:
-        self.guard, self.profile = guard, profile
+    """A plain class, not a generator context: it wraps every timed forward."""
+
+    def __init__(self, guard: Guard, hook: Any) -> None:
+        self.guard, self.hook = guard, hook
 
     def __enter__(self) -> Guard:
         self.guard.active = True
-        if self.profile:
-            sys.setprofile(self.guard._profile)
+        if self.hook is not None:
+            sys.setprofile(self.hook)
         return self.guard
 
     def __exit__(self, *exc: object) -> None:
-        if self.profile:
+        if self.hook is not None:
             sys.setprofile(None)
         self.guard.active = False

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 
 class TimingLane:
@@ -36,7 +36,7 @@ class TimingLane:
     @contextlib.contextmanager
     def shared(self) -> Iterator["Hold"]:
         """Device work that may overlap other checks but never a timing."""
-        hold = Hold(self)
+        hold = Hold(self._acquire_shared, self._release_shared)
         hold.acquire()
         try:
             yield hold
@@ -85,20 +85,21 @@ class TimingLane:
 
 
 class Hold:
-    """One shared hold of a lane, which can be released and taken again (a compile's loan)."""
+    """One shared hold of a lane, which can be released and taken again (a compile's loan);
+    the lane hands it how to take and give back a share of itself."""
 
-    def __init__(self, lane: "TimingLane | None") -> None:
-        self.lane = lane
+    def __init__(self, take: Callable[[], None] | None = None, give_back: Callable[[], None] | None = None) -> None:
+        self._take, self._give_back = take, give_back
         self.held = False
 
     def acquire(self) -> None:
-        if self.lane is not None:
-            self.lane._acquire_shared()
+        if self._take is not None:
+            self._take()
         self.held = True
 
     def release(self) -> None:
-        if self.lane is not None:
-            self.lane._release_shared()
+        if self._give_back is not None:
+            self._give_back()
         self.held = False
 
 
@@ -107,7 +108,7 @@ class NoLane:
 
     @contextlib.contextmanager
     def shared(self) -> Iterator[Hold]:
-        hold = Hold(None)
+        hold = Hold()
         hold.acquire()
         yield hold
 

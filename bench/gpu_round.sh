@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# The GPU figures of docs/RESULTS.md that a CPU cannot give, section by section, each
+# written under $OUT (default runs/gpu-round) as it lands, so that a call cut short keeps
+# what finished. Run from the checkout on a GPU machine, KernelBench next to it
+# (../shared/kernelbench), Ray, DEAP and litellm importable:
+#
+#   bash bench/gpu_round.sh tests attacks          # the GPU tests, then the attack suite
+#   bash bench/gpu_round.sh seeds sol-sweep        # kevo seed + verify at own shapes; a sweep that stops at SOL
+#   bash bench/gpu_round.sh stream real-size       # a 48-variant cold stream; 23_Softmax at its own shapes
+#   bash bench/gpu_round.sh llm busy-seq busy-side # LLM overlap; a 20-problem sweep one by one, then 3 side by side
+#   bash bench/gpu_round.sh models                 # extract, sweep and apply five level-3 models
+#
+# SECTION_S (default 540) bounds each section; ROUND_S (default 580) the whole call.
+set -u
+OUT=${OUT:-runs/gpu-round}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+KB=${KB:-$(cd .. && pwd)/shared/kernelbench}
+L1=$KB/level1 L3=$KB/level3
+start=$(date +%s)
+{ nvidia-smi -L; python3 -c "import torch, triton; print(torch.__version__, triton.__version__)"; git rev-parse HEAD 2>/dev/null || cat COMMIT 2>/dev/null; } > "$OUT/env.txt" 2>&1
+
+left() {  # seconds this section may take: its own bound, and what the call has left
+    local used=$(( $(date +%s) - start )) round=${ROUND_S:-580} own=${SECTION_S:-540}
+    local rest=$(( round - used ))
+    (( rest < own )) && own=$rest
+    (( own < 1 )) && own=1
+    echo "$own"
+}
+
+kevo() { python3 -m evolve.cli "$@"; }
+
+section() {  # name: runs the section, logs its time and exit code
+    local name=$1 t0 rc
+    t0=$(date +%s)
+    echo "== $name (up to $(left) s)" >> "$OUT/round.log"
+    "sec_${name//-/_}" > "$OUT/$name.log" 2>&1
+    rc=$?
+    echo "== $name rc=$rc in $(( $(date +%s) - t0 )) s" >> "$OUT/round.log"
+}
+
+sec_tests() {
+    timeout "$(left)" python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_lane.py \
+        tests/test_gpu_profile.py tests/test_confine.py
+}
+
+sec_attacks() {
+    timeout "$(left)" python3 -m pytest -q -p no:cacheprovider tests/test_attacks.py
+}
+
+sec_seeds() {  # strong first kernels: kevo seed + verify at each problem's own shapes, and past 2^31 elements
+    mkdir -p "$OUT/seeds"
+    local p
+    for p in 19_ReLU 23_Softmax 25_Swish 40_LayerNorm 48_Mean_reduction_over_a_dimension \
+             2_Standard_matrix_multiplication_ 50_conv_standard_2D__square_input__square_kernel; do
+        timeout "$(left)" python3 -m evolve.cli seed "$L1/$p.py" -o "$OUT/seeds/$p.py" || continue
+        timeout "$(left)" python3 -m evolve.cli verify "$L1/$p.py" "$OUT/seeds/$p.py" --device cuda --json \
+            > "$OUT/seeds/$p.json"
+    done
+    # 143 x 4867 x 4801: 3.3 billion elements, past 32-bit indexing
+    timeout "$(left)" python3 -m evolve.cli verify "$L1/48_Mean_reduction_over_a_dimension.py" \
+        "$OUT/seeds/48_Mean_reduction_over_a_dimension.py" --device cuda --json \
+        --shape batch_size=143 --shape dim1=4867 --shape dim2=4801 > "$OUT/seeds/48_Mean_past_2e31.json"
+}
+
+sec_sol_sweep() {  # a sweep that stops problems at the speed of light and hands their budget on
+    cat > "$OUT/sol_sweep.yaml" <<EOF
+defaults:
+  search: {population_size: 4, max_evaluations: 12, seed: 0, stop_at_sol: 0.85}
+  operators: {weights: {parametric_mutation: 0.7, parametric_crossover: 0.3}}
+  platform: cuda
+problems:
+  - {reference: $L1/19_ReLU.py, seeds: compile}
+  - {reference: $L1/25_Swish.py, seeds: compile}
+  - {reference: $L1/23_Softmax.py, seeds: compile}
+  - {reference: $L1/2_Standard_matrix_multiplication_.py, seeds: compile}
+  - {reference: $L1/1_Square_matrix_multiplication_.py, seeds: compile}
+EOF
+    timeout "$(left)" python3 -m evolve.cli sweep "$OUT/sol_sweep.yaml" --run-dir "$OUT/sol-sweep" --json \
+        > "$OUT/sol_sweep.json"
+    cp "$OUT/sol-sweep/summary.json" "$OUT/sol_sweep_summary.json" 2>/dev/null
+}
+
+sec_stream() {  # 48 distinct softmax variants, Triton's cache emptied first, 1 actor x 12 slots
+    TRITON_CACHE_DIR=$(mktemp -d) timeout "$(left)" python3 bench/throughput_bench.py --config configs/softmax.yaml \
+        --shape batch_size=4096 --shape dim=8192 --candidates 48 --plans 1x12 --fresh 0 --out "$OUT/stream.json"
+}
+
+sec_real_size() {  # 23_Softmax at its own shapes (4096 x 393216 fp32), profiler on: evaluations/s of kevo run
+    cat > "$OUT/softmax.yaml" <<EOF
+problem: {reference: $L1/23_Softmax.py, seeds: compile}
+search: {population_size: 4, max_evaluations: 12, seed: 0}
+operators: {weights: {parametric_mutation: 0.7, parametric_crossover: 0.3}}
+platform: cuda
+EOF
+    local t0=$(date +%s)
+    timeout "$(left)" python3 -m evolve.cli run "$OUT/softmax.yaml" --run-dir "$OUT/softmax"
+    echo "kevo run wall $(( $(date +%s) - t0 )) s"
+    timeout 60 python3 -m evolve.cli report "$OUT/softmax" > "$OUT/softmax_report.txt"
+}
+
+sec_llm() {  # evaluators' busy share while a loopback model answers after 10 s
+    timeout "$(left)" python3 bench/llm_overlap.py --platform cuda --delay 10 --evaluations 60 --concurrency 4 16 \
+        --out "$OUT/llm_overlap.json"
+}
+
+busy_sweep() {  # 20 level-1 problems of the compile sweep, small budgets
+    python3 - "$OUT/busy_sweep.yaml" <<'EOF'
+import sys, yaml
+sweep = yaml.safe_load(open("bench/kernelbench_compile_sweep.yaml"))
+sweep["problems"] = sweep["problems"][:20]
+for p in sweep["problems"]:
+    p["reference"] = str(__import__("pathlib").Path("bench", p["reference"]).resolve())
+yaml.safe_dump(sweep, open(sys.argv[1], "w"))
+EOF
+}
+
+sec_busy_seq() {
+    busy_sweep
+    timeout "$(left)" python3 bench/sweep_busy.py --sweep "$OUT/busy_sweep.yaml" --side-by-side 1
+}
+
+sec_busy_side() {
+    busy_sweep
+    timeout "$(left)" python3 bench/sweep_busy.py --sweep "$OUT/busy_sweep.yaml" --side-by-side 3
+}
+
+sec_models() {  # whole models: extract at own shapes, sweep the regions, put the best kernels back
+    local m
+    for m in 1_MLP 3_DeepNarrowMLP 11_VGG16 19_MobileNetV1 43_MinGPTCausalAttention; do
+        timeout "$(left)" python3 -m evolve.cli extract "$L3/$m.py" -o "$OUT/models/$m" --device cuda --json \
+            > "$OUT/models_$m.extract.json" || continue
+        timeout "$(left)" python3 -m evolve.cli sweep "$OUT/models/$m/sweep.yaml" --run-dir "$OUT/models/$m/sweep" \
+            --json > "$OUT/models_$m.sweep.json"
+        timeout "$(left)" python3 -m evolve.cli apply "$L3/$m.py" "$OUT/models/$m/sweep" --device cuda --json \
+            > "$OUT/models_$m.apply.json"
+    done
+}
+
+for name in "$@"; do
+    if ! declare -F "sec_${name//-/_}" > /dev/null; then
+        echo "unknown section $name" >&2
+        exit 2
+    fi
+    section "$name"
+done
+echo "round done in $(( $(date +%s) - start )) s" >> "$OUT/round.log"
+ls /tmp | grep -c '^kevo-' >> "$OUT/round.log"
