@@ -27,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.per_problem import append  # noqa: E402
 from bench.shapes import apply_shapes  # noqa: E402
 from fitness import CutoffError, PreparedProblem, ProblemError  # noqa: E402
 from fitness.settings import EvalSettings  # noqa: E402
@@ -77,13 +78,11 @@ def main() -> None:
     args = parser.parse_args()
     platform = get_platform(args.device)
     rows = []
-    out = args.out.open("a") if args.out else None
     for path in problems(args.folder, args.only):
         rows.append(prepare(path, platform, args.shape, args.slots, probes=not args.no_probes))
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-        if out:
-            out.write(json.dumps(rows[-1]) + "\n")
-            out.flush()
+        if args.out:
+            append(args.out, rows[-1])
     counts = collections.Counter(r.get("kind", "prepared") for r in rows)
     print(f"{len(rows)} problems of {args.folder} on {platform.device_name()}: "
           + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))

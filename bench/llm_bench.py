@@ -34,17 +34,16 @@ import collections
 import dataclasses
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.per_problem import add_folder_options, chosen_files, problem_rows, recorded  # noqa: E402
 from bench.shapes import apply_shapes  # noqa: E402
-from bench.sol_bench import append, problem_files, recorded, time_forward  # noqa: E402
+from bench.sol_bench import time_forward  # noqa: E402
 from fitness import Evaluator, screen, shape_knobs  # noqa: E402
-from fitness.problem import DTYPES  # noqa: E402
 from operators.llm import (  # noqa: E402
     NO_KERNEL,
     Findings,
@@ -58,10 +57,7 @@ from operators.llm import (  # noqa: E402
     Request,
     seed_requests,
 )
-from platforms import PLATFORM_NAMES  # noqa: E402
 from platforms.guidance import guidance  # noqa: E402
-
-DEFAULT_FOLDER = Path("/work/shared/kernelbench/level1")
 
 
 @dataclasses.dataclass
@@ -193,8 +189,7 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("folder", nargs="?", type=Path, default=DEFAULT_FOLDER,
-                        help=f"a folder of KernelBench-format problem files (default {DEFAULT_FOLDER})")
+    add_folder_options(parser)
     parser.add_argument("--model", required=True, help="a litellm model string, e.g. openai/gpt-4o")
     parser.add_argument("--api-base", help="a server of your own, e.g. http://localhost:8000/v1")
     parser.add_argument("--api-key-env", help="the environment variable that holds the key (default: litellm's)")
@@ -206,13 +201,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--temperature", type=float, default=0.8)
     parser.add_argument("--max-tokens", type=int, help="per reply (default: kevo's for the kind of model)")
     parser.add_argument("--timeout-s", type=float, default=300.0, help="per request")
-    parser.add_argument("--out", type=Path, required=True, help="JSON lines, appended as each problem is done")
-    parser.add_argument("--only", help="problems whose file name matches this regex")
-    parser.add_argument("--limit", type=int, help="at most this many problems")
-    parser.add_argument("--device", default="auto", choices=PLATFORM_NAMES)
-    parser.add_argument("--shape", action="append", default=[], metavar="NAME=VALUE",
-                        help="override a shape knob of every problem that has it (repeatable)")
-    parser.add_argument("--dtype", choices=DTYPES, help="cast inputs and parameters to this")
     compiled = parser.add_mutually_exclusive_group()
     compiled.add_argument("--compiled", type=Path, help="bench/sol_bench.py's JSON lines: torch.compile's times")
     compiled.add_argument("--measure-compile", action="store_true", help="time torch.compile here")
@@ -224,42 +212,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if not args.folder.is_dir():
-        print(f"llm_bench: no folder {args.folder}", file=sys.stderr)
-        return 2
-    files = problem_files(args.folder, args.only, args.limit)
-    if not files:
-        print(f"llm_bench: no problem file in {args.folder} matches {args.only!r}", file=sys.stderr)
+    files = chosen_files("llm_bench", args)
+    if files is None:
         return 2
     prices = {args.model: Price(*args.price)} if args.price else {}
     settings = LlmSettings({args.model: 1.0}, api_base=args.api_base, api_key_env=args.api_key_env,
                            temperature=args.temperature, max_tokens=args.max_tokens, timeout_s=args.timeout_s,
                            concurrency=args.concurrency, prices=prices)
     compiled = known_compiled(args.compiled)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    done, rows = recorded(args.out), []
-    for i, path in enumerate(files):
+
+    def head(path: Path) -> dict[str, Any]:
         shapes = apply_shapes(path, args.shape)
         key = json.dumps([path.stem, shapes, args.dtype, args.model, args.samples, args.repair_turns, args.device])
-        if key in done and done[key].get("status") != "started":
-            print(f"[{i + 1}/{len(files)}] {path.stem}: recorded already", file=sys.stderr, flush=True)
-            rows.append(done[key])
-            continue
-        print(f"[{i + 1}/{len(files)}] {path.stem}", file=sys.stderr, flush=True)
+        return {"key": key, "problem": path.stem, "shapes": shapes, "model": args.model}
+
+    def measure(path: Path, named: dict[str, Any]) -> dict[str, Any]:
         known = compiled.get(path.stem)
-        compiled_ms = known["compiled_ms"] if known and known.get("shapes") == shapes else None
-        head = {"key": key, "problem": path.stem, "shapes": shapes, "model": args.model}
-        started = time.perf_counter()
-        try:
-            row = {**head, "status": "done", **bench_problem(path, shapes, args, settings, compiled_ms)}
-        except LlmSetupError as exc:  # no key, a rejected key, an unknown model: every problem would fail alike
-            print(f"llm_bench: {exc}", file=sys.stderr)
-            return 2
-        except Exception as exc:  # a failing problem is a row; the bench goes on with the next
-            row = {**head, "status": "error", "error": f"{type(exc).__name__}: {str(exc)[:500]}"}
-        row["seconds"] = round(time.perf_counter() - started, 1)
-        append(args.out, row)
-        rows.append(row)
+        compiled_ms = known["compiled_ms"] if known and known.get("shapes") == named["shapes"] else None
+        return bench_problem(path, named["shapes"], args, settings, compiled_ms)
+
+    try:  # no key, a rejected key, an unknown model: every problem would fail alike
+        rows = problem_rows(files, args.out, head, measure, mark_started=False, stop_on=(LlmSetupError,))
+    except LlmSetupError as exc:
+        print(f"llm_bench: {exc}", file=sys.stderr)
+        return 2
     print(table(rows))
     return 0
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import re
 import signal
 import sys
 import time
@@ -37,27 +36,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.per_problem import add_folder_options, chosen_files, problem_rows  # noqa: E402
 from bench.shapes import apply_shapes  # noqa: E402
 from fitness.floor import below_floor, count_work, floor_of, sol  # noqa: E402
-from fitness.problem import DTYPES, build_model, load_problem, make_inputs  # noqa: E402
+from fitness.problem import build_model, load_problem, make_inputs  # noqa: E402
 from fitness.settings import EvalSettings  # noqa: E402
-from platforms import PLATFORM_NAMES, get_platform, time_runs  # noqa: E402
+from platforms import get_platform, time_runs  # noqa: E402
 from platforms.peaks import achievable_peaks  # noqa: E402
-
-DEFAULT_FOLDER = Path("/work/shared/kernelbench/level1")
-
-
-def problem_files(folder: Path, only: str | None, limit: int | None) -> list[Path]:
-    """The folder's problem files in KernelBench's order (1_, 2_, ..., 100_), those whose
-    name matches the regex ``only``, at most ``limit`` of them."""
-    def order(path: Path) -> tuple[int, str]:
-        number = re.match(r"\d+", path.stem)
-        return (int(number[0]) if number else sys.maxsize, path.stem)
-
-    files = sorted((p for p in folder.glob("*.py") if not p.name.startswith("_")), key=order)
-    if only:
-        files = [p for p in files if re.search(only, p.stem)]
-    return files[:limit] if limit else files
 
 
 def time_forward(model, problem, platform) -> float:
@@ -82,7 +67,6 @@ def measure(path: Path, shapes: dict[str, int], dtype: str | None, platform, pea
     """One problem's row: its floor, and eager and compiled times with their SOL."""
     import torch
 
-    started = time.perf_counter()
     problem = load_problem(path, shapes, dtype)
     floor = floor_of(count_work(problem, platform.device()), peaks)
     row = {"bytes": floor.bytes, "flops": floor.flops, "flops_source": floor.how["flops_source"],
@@ -108,7 +92,6 @@ def measure(path: Path, shapes: dict[str, int], dtype: str | None, platform, pea
         del model
         torch._dynamo.reset()
         platform.release_memory()
-    row["seconds"] = round(time.perf_counter() - started, 1)
     return row
 
 
@@ -134,23 +117,6 @@ def time_limit(seconds: int):
         signal.signal(signal.SIGALRM, previous)
 
 
-def recorded(out: Path) -> dict[str, dict]:
-    """The last line written for each problem in ``out`` (a ``started`` line: the run died there)."""
-    last: dict[str, dict] = {}
-    if out.exists():
-        for line in out.read_text().splitlines():
-            with contextlib.suppress(json.JSONDecodeError):  # a line cut short when the process died
-                row = json.loads(line)
-                last[row["key"]] = row
-    return last
-
-
-def append(out: Path, row: dict) -> None:
-    with out.open("a") as f:
-        f.write(json.dumps(row) + "\n")
-        f.flush()
-
-
 def table(rows: list[dict]) -> str:
     def ms(value) -> str:
         return f"{value:.4g}" if isinstance(value, (int, float)) else "-"
@@ -169,59 +135,32 @@ def table(rows: list[dict]) -> str:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("folder", nargs="?", type=Path, default=DEFAULT_FOLDER,
-                        help=f"a folder of problem files (default {DEFAULT_FOLDER})")
-    parser.add_argument("--out", type=Path, required=True, help="JSON lines, appended as each problem is done")
-    parser.add_argument("--only", help="problems whose file name matches this regex")
-    parser.add_argument("--limit", type=int, help="at most this many problems")
+    add_folder_options(parser)
     parser.add_argument("--skip-compile", action="store_true", help="time eager PyTorch only")
-    parser.add_argument("--device", default="auto", choices=PLATFORM_NAMES)
-    parser.add_argument("--shape", action="append", default=[], metavar="NAME=VALUE",
-                        help="override a shape knob of every problem that has it (repeatable)")
-    parser.add_argument("--dtype", choices=DTYPES, help="cast inputs and parameters to this")
     parser.add_argument("--timeout", type=int, default=300, help="seconds a problem may take (0: no limit)")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if not args.folder.is_dir():
-        print(f"sol_bench: no folder {args.folder}", file=sys.stderr)
-        return 2
-    files = problem_files(args.folder, args.only, args.limit)
-    if not files:
-        print(f"sol_bench: no problem file in {args.folder} matches {args.only!r}", file=sys.stderr)
+    files = chosen_files("sol_bench", args)
+    if files is None:
         return 2
     platform = get_platform(args.device)
     peaks = achievable_peaks(platform)
     print(f"peaks of {peaks.device_name} ({peaks.source}): {peaks.bandwidth_gbs:.0f} GB/s, "
           + ", ".join(f"{k} {v:.4g} TFLOP/s" for k, v in peaks.tflops.items()), file=sys.stderr, flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    done = recorded(args.out)
-    rows = []
-    for i, path in enumerate(files):
+
+    def head(path: Path) -> dict:
         key = json.dumps([path.stem, sorted(args.shape), args.dtype, peaks.device_name])
-        head = {"key": key, "problem": path.stem, "device": peaks.device_name, "dtype_override": args.dtype}
-        earlier = done.get(key)
-        if earlier is not None:
-            if earlier.get("status") == "started":
-                earlier = {**head, "status": "error", "error": "interrupted: an earlier run stopped during it"}
-                append(args.out, earlier)
-            print(f"[{i + 1}/{len(files)}] {path.stem}: recorded already", file=sys.stderr, flush=True)
-            rows.append(earlier)
-            continue
-        print(f"[{i + 1}/{len(files)}] {path.stem}", file=sys.stderr, flush=True)
-        append(args.out, {**head, "status": "started"})
-        try:
-            with time_limit(args.timeout):
-                shapes = apply_shapes(path, args.shape)
-                row = {**head, "status": "done", "shapes": shapes,
-                       **measure(path, shapes, args.dtype, platform, peaks, args.skip_compile)}
-        except Exception as exc:  # a failing problem is a row; the bench goes on with the next
-            row = {**head, "status": "error", "error": f"{type(exc).__name__}: {str(exc)[:500]}"}
-        append(args.out, row)
-        rows.append(row)
-    print(table(rows))
+        return {"key": key, "problem": path.stem, "device": peaks.device_name, "dtype_override": args.dtype}
+
+    def measure_problem(path: Path, _head: dict) -> dict:
+        with time_limit(args.timeout):
+            shapes = apply_shapes(path, args.shape)
+            return {"shapes": shapes, **measure(path, shapes, args.dtype, platform, peaks, args.skip_compile)}
+
+    print(table(problem_rows(files, args.out, head, measure_problem)))
     return 0
 
 
