@@ -1,12 +1,17 @@
 """Shared fixtures: evaluators are expensive to start (a worker imports torch
-and Triton), so one per (problem, shapes) serves a whole test session."""
+and Triton), so one per (problem, shapes) serves a whole test session; the LLM
+tests' loopback-only world (``offline_llm``)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.llm_replay_server import loopback_only
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBLEMS = ROOT / "problems"
@@ -81,6 +86,27 @@ def evaluators():
 @pytest.fixture(scope="session")
 def device_kind() -> str:
     return "cuda" if gpu_available() else "cpu"
+
+
+#: The API key the LLM tests hand litellm (key-shaped; the recorded 401 reply quotes it).
+TEST_API_KEY = "sk-test-kevo-0123456789abcdef"
+
+
+@contextlib.contextmanager
+def offline() -> Iterator[None]:
+    """An API key for the loopback replay server (``tests/llm_replay_server.py``), and no
+    connection but to 127.0.0.1: any other fails the test."""
+    with loopback_only(), pytest.MonkeyPatch.context() as patch:
+        patch.setenv("OPENAI_API_KEY", TEST_API_KEY)
+        yield
+
+
+@pytest.fixture
+def offline_llm() -> Iterator[None]:
+    """``offline`` around a test; an LLM test module takes it for every test with
+    ``pytestmark = pytest.mark.usefixtures("offline_llm")``."""
+    with offline():
+        yield
 
 
 os.environ.setdefault("PYTHONUNBUFFERED", "1")

@@ -31,8 +31,8 @@ from evolve.session import (
 from evolve.search.variation import FAILED_EVENT
 from operators import BUDGET_EXHAUSTED, LLM_CROSSOVER, LLM_MUTATION, LLM_SEED, MUTATION
 from population_store import RunStore
-from tests.conftest import PROBLEMS, SMALL_SHAPES
-from tests.llm_replay_server import FIXTURES, Reply, ReplayServer, loopback_only
+from tests.conftest import PROBLEMS, SMALL_SHAPES, offline
+from tests.llm_replay_server import FIXTURES, Reply, ReplayServer
 from tests.test_evolve import Crash, CrashingDispatcher, FakeEvaluator
 
 MODEL = "openai/gpt-4o-mini"  # litellm has its price; served here by the stand-in
@@ -123,18 +123,7 @@ def reply(content: str) -> Reply:
 REPLY_USD = (2000 * 0.15 + 400 * 0.6) / 1e6
 
 
-@contextlib.contextmanager
-def offline():
-    """An API key for the stand-in, and no connection but to 127.0.0.1 (any other fails the test)."""
-    with loopback_only(), pytest.MonkeyPatch.context() as patch:
-        patch.setenv("OPENAI_API_KEY", "sk-test-kevo-0123456789abcdef")
-        yield
-
-
-@pytest.fixture(autouse=True)
-def offline_and_loopback_only():
-    with offline():
-        yield
+pytestmark = pytest.mark.usefixtures("offline_llm")
 
 
 def config(server: ReplayServer, weights: dict, seeds: bool = True, llm: dict | None = None, **search):

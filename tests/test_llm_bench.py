@@ -10,14 +10,11 @@ import pytest
 
 from bench import llm_bench, llm_overlap
 from tests.llm_replay_server import ReplayServer
-from tests.test_evolve_llm import MODEL, REFERENCE, REPLY_USD, offline, reply, written
+from tests.test_evolve_llm import MODEL, REFERENCE, REPLY_USD, reply, written
 from tests.test_llm_loop import BROKEN, FIX
 
 
-@pytest.fixture(autouse=True)
-def offline_and_loopback_only():
-    with offline():
-        yield
+pytestmark = pytest.mark.usefixtures("offline_llm")
 
 
 class Writer(ReplayServer):

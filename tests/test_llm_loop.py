@@ -36,17 +36,13 @@ from tests.test_evolve_llm import (
     StandInLlm,
     config,
     dispatchers,
-    offline,
     reply,
     write_config,
     written,
 )
 
 
-@pytest.fixture(autouse=True)
-def offline_and_loopback_only():
-    with offline():
-        yield
+pytestmark = pytest.mark.usefixtures("offline_llm")
 
 
 def run(path, cfg, evaluator, dispatcher_cls=InProcessDispatcher) -> str:

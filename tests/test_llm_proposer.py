@@ -43,26 +43,18 @@ from operators.llm import (
 from operators.llm import client
 from platforms.guidance import guidance
 from population_store import RunStore
-from tests.llm_replay_server import Reply, ReplayServer, loopback_only
+from tests.conftest import TEST_API_KEY as KEY
+from tests.llm_replay_server import Reply, ReplayServer
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = (ROOT / "problems" / "elementwise" / "reference.py").read_text()
 SEED = (ROOT / "problems" / "elementwise" / "seed.py").read_text()
-KEY = "sk-test-kevo-0123456789abcdef"  # the same key the recorded 401 reply quotes
 MODEL = "openai/gpt-4o-mini"  # a model litellm has a price for; served here by the replay server
 RESULT = {"status": "accepted", "runtime_ms": 0.5, "runtime_spread": 0.02, "reference_ms": 0.6,
           "max_abs_diff": 2.4e-7, "reason": ""}
 
 
-@pytest.fixture(autouse=True)
-def only_loopback():
-    with loopback_only():
-        yield
-
-
-@pytest.fixture(autouse=True)
-def api_key(monkeypatch):
-    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+pytestmark = pytest.mark.usefixtures("offline_llm")
 
 
 @pytest.fixture
