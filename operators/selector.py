@@ -34,6 +34,7 @@ from platforms.profiling.classes import (
     MEMORY_BOUND,
     UNKNOWN,
 )
+from platforms.timing import faster_beyond_noise
 
 #: Operators the selector knows by default (a run's weights may name a subset).
 OPERATORS: tuple[str, ...] = ("parametric_mutation", "parametric_crossover", "llm_mutation", "llm_crossover")
@@ -202,19 +203,18 @@ def _checked_class(bottleneck: str) -> str:
 
 def improved(runtime_ms: float | None, spread: float | None, parent_ms: float | None,
              parent_spread: float | None) -> bool:
-    """Whether a kernel timed at ``runtime_ms`` beats its parent's ``parent_ms`` by more than the timing noise.
+    """Whether a kernel timed at ``runtime_ms`` beats its parent's ``parent_ms`` beyond the timing noise.
 
-    A spread is the verdict's ``runtime_spread``, the relative (p90 - p10) /
-    median of its timed runs. Each time is taken as median x (1 +- spread / 2);
-    the child improved when the top of its range lies below the bottom of
-    its parent's. Without spreads, any faster time counts.
+    The search's own rule for faster (``platforms.timing.faster_beyond_noise``,
+    with each verdict's ``runtime_spread``): the child's time range lies wholly
+    below its parent's, by at least ``platforms.timing.MIN_GAIN``. A child or parent with no
+    time did not improve.
 
     >>> improved(0.9, 0.0, 1.0, None), improved(0.95, 0.1, 1.0, 0.1), improved(0.8, 0.1, 1.0, 0.1)
     (True, False, True)
     """
-    if runtime_ms is None or parent_ms is None:
-        return False
-    return runtime_ms * (1 + (spread or 0.0) / 2) < parent_ms * (1 - (parent_spread or 0.0) / 2)
+    return (runtime_ms is not None and parent_ms is not None
+            and faster_beyond_noise(runtime_ms, spread, parent_ms, parent_spread))
 
 
 class ModelChooser:

@@ -77,6 +77,35 @@ class Timing:
         return (hi - lo) / median if median > 0 else 0.0
 
 
+#: The least gain that counts as faster, whatever the spreads say: clocks drift between two windows
+#: on one device by about this much (0.2-1.7% "improvements" timed once turned out to be noise).
+MIN_GAIN = 0.01
+
+
+def faster_beyond_noise(ms: float, spread: float | None, other_ms: float, other_spread: float | None) -> bool:
+    """Whether a kernel timed at median ``ms`` is faster than one at ``other_ms`` beyond the noise of both.
+
+    Two medians of one kernel, timed in two windows, differ by about their
+    runs' spread (``Timing.spread``, a verdict's ``runtime_spread``). So each
+    time is taken as median x (1 +- spread / 2), a missing spread as 0, and
+    the kernel is faster only when its range lies wholly below the other's,
+    and by at least ``MIN_GAIN``:
+
+        ms * (1 + spread / 2) < other_ms * (1 - other_spread / 2)  and  ms < other_ms * (1 - MIN_GAIN)
+
+    The one rule for "faster": the search's elite and best
+    (``evolve.search.population.faster``) and the operator selector's credit
+    (``operators.selector.improved``) both ask it.
+
+    >>> faster_beyond_noise(0.97, 0.05, 1.0, 0.05), faster_beyond_noise(0.9, 0.05, 1.0, 0.05)
+    (False, True)
+    >>> faster_beyond_noise(0.995, 0.0, 1.0, None), faster_beyond_noise(0.9, None, 1.0, None)
+    (False, True)
+    """
+    return (ms * (1 + (spread or 0.0) / 2) < other_ms * (1 - (other_spread or 0.0) / 2)
+            and ms < other_ms * (1 - MIN_GAIN))
+
+
 class Timed(Protocol):
     """What ``time_runs`` asks of a platform (``platforms.base.Platform`` provides it)."""
 

@@ -14,9 +14,11 @@ from evolve.report import build_report
 from evolve.report_sol import sol_lines
 from evolve.search.confirm import CONFIRMED_EVENT, confirm_top, rounds_for
 from evolve.search.loop import STATE_KEY, Search, run_search
-from evolve.search.population import MIN_GAIN, Candidate, faster, ranked, survivors
+from evolve.search.population import Candidate, faster, ranked, survivors
 from evolve.session import search_space
 from fitness import EvalResult, Status
+from operators.selector import improved
+from platforms.timing import MIN_GAIN
 from population_store import ACCEPTED, Individual, RunStore, source_hash
 from tests.conftest import PROBLEMS
 
@@ -75,6 +77,13 @@ def test_the_rule_and_the_ranking():
     assert [c.id for c in ranked([slow, child, parent])] == [1, 2, 3]  # the older stays ahead within noise
     assert [c.id for c in survivors([parent, child, slow, candidate(4, 1.5, 0.0)], 2, 1, 2, random.Random(0))][0] == 1
     assert [c.id for c in ranked([parent, candidate(5, 0.5, 0.05)])] == [5, 1]
+
+
+@pytest.mark.parametrize("ms", [0.5, 0.9, 0.95, 0.97, 0.985, 0.995, 1.0, 1.02])
+@pytest.mark.parametrize("spread, other_spread", [(None, None), (0.0, 0.0), (0.02, 0.0), (0.04, 0.04), (0.1, 0.01)])
+def test_promotion_and_the_selectors_credit_call_the_same_kernels_faster(ms, spread, other_spread):
+    # a child the elite would not put ahead of its parent teaches the steering nothing either, and the reverse
+    assert faster(ms, spread, 1.0, other_spread) == improved(ms, spread, 1.0, other_spread)
 
 
 # -- the fastest kernels timed again when the run stops ---------------------------------------

@@ -3,19 +3,14 @@
 Minimisation is stated once, in ``RuntimeFitness.weights``. Only accepted
 kernels have a fitness, and only they enter a population.
 
-Faster only beyond noise. Two medians of a kernel, timed in two windows,
-differ by about their runs' spread; so one kernel counts as faster than
-another (``faster``) only when each time, taken as median x (1 +- spread / 2)
-with its verdict's ``runtime_spread`` ((p90 - p10) / median of its runs),
-lies wholly below the other's, and by at least ``MIN_GAIN``:
-
-    ms * (1 + spread / 2) < other_ms * (1 - other_spread / 2)  and  ms < other_ms * (1 - MIN_GAIN)
-
-(the first half is ``operators.selector.improved``'s rule, by which the
-steering learns what paid off). The elite and the run's best
-(``evolve.search.loop``) follow it (``ranked``): a newer kernel goes ahead of
-an older one only when it is faster, so a child no faster than its parent
-beyond noise never displaces it there. Tournaments compare medians as they
+Faster only beyond noise. One kernel counts as faster than another
+(``faster``) only when its time, taken with its verdict's ``runtime_spread``,
+lies wholly below the other's, and by at least 1%: the rule of
+``platforms.timing.faster_beyond_noise``, the same by which the steering
+learns what paid off (``operators.selector.improved``). The elite and the
+run's best (``evolve.search.loop``) follow it (``ranked``): a newer kernel
+goes ahead of an older one only when it is faster, so a child no faster than
+its parent beyond noise never displaces it there. Tournaments compare medians as they
 are: a child as fast as its parent within noise may still be drawn as a
 parent, which keeps the search moving across plateaus.
 """
@@ -30,11 +25,8 @@ from typing import Any
 
 from deap import base, tools
 
+from platforms.timing import faster_beyond_noise
 from population_store import ACCEPTED, Individual
-
-#: The least gain that counts, whatever the spreads say: clocks drift between two windows on one
-#: device by about this much (0.2-1.7% "improvements" timed once turned out to be noise).
-MIN_GAIN = 0.01
 
 
 class RuntimeFitness(base.Fitness):
@@ -89,15 +81,12 @@ class Candidate:
 
 def faster(ms: float, spread: float | None, other_ms: float | None, other_spread: float | None) -> bool:
     """Whether a kernel timed at ``ms`` is faster than one at ``other_ms`` beyond the noise of
-    both (the module's docstring); anything is faster than no time at all.
+    both (``platforms.timing.faster_beyond_noise``); anything is faster than no time at all.
 
     >>> faster(0.97, 0.05, 1.0, 0.05), faster(0.9, 0.05, 1.0, 0.05), faster(0.995, 0.0, 1.0, 0.0)
     (False, True, False)
     """
-    if other_ms is None:
-        return True
-    return (ms * (1 + (spread or 0.0) / 2) < other_ms * (1 - (other_spread or 0.0) / 2)
-            and ms < other_ms * (1 - MIN_GAIN))
+    return other_ms is None or faster_beyond_noise(ms, spread, other_ms, other_spread)
 
 
 def beats(a: Candidate, b: Candidate) -> bool:
