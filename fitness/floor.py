@@ -56,7 +56,7 @@ import dataclasses
 from typing import Any
 
 from fitness.problem import Problem, build_model, make_inputs
-from fitness.profiling import INIT_SEED, INPUT_SEED, _declared_flops, _tensors
+from fitness.profiling import INIT_SEED, INPUT_SEED, declared_flops, tensors_in
 from platforms.base import Platform
 from platforms.peaks import Peaks, achievable_peaks
 
@@ -149,8 +149,8 @@ def _count(problem: Problem, device: str, fake: bool) -> Work:
         with torch.no_grad(), counter:
             outputs = model(*inputs)
     weights = list(model.parameters()) + list(model.buffers())
-    declared = _declared_flops(problem.module, problem.path)
-    floating = [t for t in _tensors(inputs) + weights if t.is_floating_point()]
+    declared = declared_flops(problem.module, problem.path)
+    floating = [t for t in tensors_in(inputs) + weights if t.is_floating_point()]
     largest = max(floating, key=lambda t: t.numel() * t.element_size(), default=None)
     return Work(_size(inputs), _size(weights), _size(outputs),
                 float(declared if declared is not None else counter.get_total_flops()),
@@ -219,7 +219,7 @@ def _materialise(model: Any, device: str) -> None:
 
 
 def _size(value: Any) -> int:
-    return sum(t.numel() * t.element_size() for t in _tensors(value))
+    return sum(t.numel() * t.element_size() for t in tensors_in(value))
 
 
 def floor_of(work: Work, peaks: Peaks, tf32: bool = True) -> Floor:

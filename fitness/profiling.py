@@ -57,7 +57,7 @@ def problem_work(problem_path: str | Path, shapes: dict[str, int] | None = None,
     import torch
 
     problem = load_problem(problem_path, shapes, dtype)
-    flops = _declared_flops(problem.module, problem_path)
+    flops = declared_flops(problem.module, problem_path)
     try:
         with torch.device("meta"), torch.no_grad():
             inputs = problem.get_inputs()
@@ -70,13 +70,16 @@ def problem_work(problem_path: str | Path, shapes: dict[str, int] | None = None,
     except (RuntimeError, NotImplementedError, TypeError, ValueError) as exc:
         reason = f"the reference does not run on the meta device ({type(exc).__name__}: {str(exc)[:120]})"
         return ProblemWork(None, flops, "", reason)
-    tensors = _tensors(inputs) + _tensors(outputs) + list(model.parameters()) + list(model.buffers())
-    largest = max(_tensors(inputs), key=lambda t: t.numel() * t.element_size(), default=None)
+    tensors = tensors_in(inputs) + tensors_in(outputs) + list(model.parameters()) + list(model.buffers())
+    largest = max(tensors_in(inputs), key=lambda t: t.numel() * t.element_size(), default=None)
     dtype = str(largest.dtype).removeprefix("torch.") if largest is not None else ""
     return ProblemWork(sum(t.numel() * t.element_size() for t in tensors), flops, dtype)
 
 
-def _declared_flops(module: Any, path: str | Path) -> float | None:
+def declared_flops(module: Any, path: str | Path) -> float | None:
+    """The FLOPs of one forward that the problem module (loaded from ``path``) declares in
+    ``FLOPS``, or None where it declares none; ``ProblemError`` for a value that is not a
+    positive number."""
     value = getattr(module, "FLOPS", None)
     if value is None:
         return None
@@ -86,15 +89,16 @@ def _declared_flops(module: Any, path: str | Path) -> float | None:
     return float(value)
 
 
-def _tensors(value: Any) -> list:
+def tensors_in(value: Any) -> list:
+    """The tensors in ``value``: itself, or those in its lists, tuples and dicts, nested, in order."""
     import torch
 
     if isinstance(value, torch.Tensor):
         return [value]
     if isinstance(value, (list, tuple)):
-        return [t for item in value for t in _tensors(item)]
+        return [t for item in value for t in tensors_in(item)]
     if isinstance(value, dict):
-        return [t for item in value.values() for t in _tensors(item)]
+        return [t for item in value.values() for t in tensors_in(item)]
     return []
 
 
