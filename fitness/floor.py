@@ -13,8 +13,11 @@ datasheet). The larger term names the bound: ``memory`` or ``compute``. SOL
 Where the figures come from:
 
 - bytes: the sizes of the actual tensors at the problem's shapes and dtype,
-  each counted once (inputs, parameters and buffers, outputs; nothing is
-  deduplicated, so an output that is a view of an input counts twice).
+  each piece of memory counted once within the inputs, within the parameters
+  and buffers, and within the outputs (``_size``: a tensor passed or returned
+  twice counts once, a broadcast view no more than the memory under it);
+  across the three nothing is deduplicated, so an output that is a view of
+  an input counts as both (an in-place forward reads and writes it).
 - FLOPs: the problem's own ``FLOPS`` when it declares one (read as
   ``fitness.profiling`` reads it), else ``torch.utils.flop_counter.FlopCounterMode``
   over the reference's forward. It counts matmuls, convolutions and
@@ -219,7 +222,15 @@ def _materialise(model: Any, device: str) -> None:
 
 
 def _size(value: Any) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors_in(value))
+    """Bytes of the tensors in ``value``, each piece of memory once: the distinct views of one
+    storage add up, to at most the storage's size (a tensor listed twice is one view; an
+    expanded one is at most what it was expanded from)."""
+    storages: dict[int, tuple[int, dict[tuple, int]]] = {}
+    for t in tensors_in(value):
+        storage = t.untyped_storage()  # fake tensors have storages too: their views share one
+        _, views = storages.setdefault(storage._cdata, (storage.nbytes(), {}))
+        views[(t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)] = t.numel() * t.element_size()
+    return sum(min(nbytes, sum(views.values())) for nbytes, views in storages.values())
 
 
 def floor_of(work: Work, peaks: Peaks, tf32: bool = True) -> Floor:

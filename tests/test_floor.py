@@ -106,6 +106,24 @@ def test_a_declared_flops_wins_over_the_count(tmp_path):
     assert work.flops == 12345 and work.flops_source == "declared"
 
 
+@pytest.mark.parametrize("fake", [True, False])
+def test_memory_passed_or_returned_twice_is_counted_once(tmp_path, fake):
+    # x is both inputs, the bias a row broadcast over the batch, and the output is returned twice:
+    # a kernel reads 400 + 100 floats and writes 400
+    problem = tmp_path / "twice.py"
+    problem.write_text(
+        "import torch\nimport torch.nn as nn\n"
+        "class Model(nn.Module):\n"
+        "    def forward(self, x, y, bias):\n"
+        "        out = x * y + bias\n"
+        "        return out, out\n"
+        "def get_inputs():\n    x = torch.randn(4, 100)\n    return [x, x, torch.randn(100).expand(4, 100)]\n"
+        "def get_init_inputs():\n    return []\n")
+    work = count_work(load_problem(problem), fake=fake)
+    assert (work.input_bytes, work.output_bytes) == ((400 + 100) * F32, 400 * F32)
+    assert work.traced == ("fake" if fake else "real")
+
+
 def test_a_reference_that_fake_tensors_cannot_run_is_run_for_real(tmp_path):
     problem = tmp_path / "reads_a_value.py"
     problem.write_text(
