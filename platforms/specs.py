@@ -63,6 +63,12 @@ def _gpu(vendor: str, arch: str, sources: dict[str, str], note: str = "", **figu
                 source="; ".join(SOURCES[key] for key in dict.fromkeys(resolved.values())))
 
 
+#: The figures of an AMD entry that ROCm's table of GPU hardware gives (the rest: its datasheet);
+#: a figure the entry does not have is left out of its sources.
+_ROCM_SPECS = {field: "rocm-specs" for field in ("units", "warp_size", "smem_per_unit_kb", "l2_mb", "xcds",
+                                                 "infinity_cache_mb")}
+
+
 # name fragment (lower case) -> specs; the first fragment found in the device
 # name wins, so longer names come before their prefixes.
 GPU_SPECS: dict[str, dict[str, Any]] = {
@@ -96,44 +102,32 @@ GPU_SPECS: dict[str, dict[str, Any]] = {
                       "the L40S datasheet does not state it (estimate)",
                  units=142, warp_size=32, smem_per_unit_kb=100, l2_mb=96, mem_bw_gbs=864,
                  fp32_tflops=91.6, bf16_tflops=362.05, fp16_tflops=362.05, tf32_tflops=183),
-    "mi250x": _gpu("amd", "gfx90a", {"*": "mi200-ds", "units": "rocm-specs", "warp_size": "rocm-specs",
-                                     "smem_per_unit_kb": "rocm-specs", "l2_mb": "rocm-specs", "xcds": "rocm-specs"},
+    "mi250x": _gpu("amd", "gfx90a", {"*": "mi200-ds", **_ROCM_SPECS},
                    note="one GCD (half the package's datasheet figures: 3,276.8 GB/s, 47.9 / 95.7 / 383 TFLOPS)",
                    units=110, warp_size=64, smem_per_unit_kb=64, l2_mb=8, mem_bw_gbs=1638.4,
                    fp32_tflops=23.95, fp32_matrix_tflops=47.85, bf16_tflops=191.5, fp16_tflops=191.5, xcds=1),
-    "mi250": _gpu("amd", "gfx90a", {"*": "mi200-ds", "units": "rocm-specs", "warp_size": "rocm-specs",
-                                    "smem_per_unit_kb": "rocm-specs", "l2_mb": "rocm-specs", "xcds": "rocm-specs"},
+    "mi250": _gpu("amd", "gfx90a", {"*": "mi200-ds", **_ROCM_SPECS},
                   note="one GCD (half the package's datasheet figures: 3,276.8 GB/s, 45.3 / 90.5 / 362.1 TFLOPS)",
                   units=104, warp_size=64, smem_per_unit_kb=64, l2_mb=8, mem_bw_gbs=1638.4,
                   fp32_tflops=22.65, fp32_matrix_tflops=45.25, bf16_tflops=181.05, fp16_tflops=181.05, xcds=1),
-    "mi300x": _gpu("amd", "gfx942", {"*": "mi300x-ds", "units": "rocm-specs", "warp_size": "rocm-specs",
-                                     "smem_per_unit_kb": "rocm-specs", "l2_mb": "rocm-specs", "xcds": "rocm-specs",
-                                     "infinity_cache_mb": "rocm-specs"},
+    "mi300x": _gpu("amd", "gfx942", {"*": "mi300x-ds", **_ROCM_SPECS},
                    units=304, warp_size=64, smem_per_unit_kb=64, l2_mb=32, infinity_cache_mb=256,
                    mem_bw_gbs=5300, fp32_tflops=163.4, fp32_matrix_tflops=163.4, bf16_tflops=1307.4,
                    fp16_tflops=1307.4, tf32_tflops=653.7, xcds=8),
-    "mi300a": _gpu("amd", "gfx942", {"*": "mi300a-ds", "units": "rocm-specs", "warp_size": "rocm-specs",
-                                     "smem_per_unit_kb": "rocm-specs", "l2_mb": "rocm-specs", "xcds": "rocm-specs",
-                                     "infinity_cache_mb": "rocm-specs"},
+    "mi300a": _gpu("amd", "gfx942", {"*": "mi300a-ds", **_ROCM_SPECS},
                    units=228, warp_size=64, smem_per_unit_kb=64, l2_mb=24, infinity_cache_mb=256,
                    mem_bw_gbs=5300, fp32_tflops=122.6, fp32_matrix_tflops=122.6, bf16_tflops=980.6,
                    fp16_tflops=980.6, tf32_tflops=490.3, xcds=6),
-    "mi325x": _gpu("amd", "gfx942", {"*": "mi325x-ds", "units": "rocm-specs", "warp_size": "rocm-specs",
-                                     "smem_per_unit_kb": "rocm-specs", "l2_mb": "rocm-specs", "xcds": "rocm-specs",
-                                     "infinity_cache_mb": "rocm-specs"},
+    "mi325x": _gpu("amd", "gfx942", {"*": "mi325x-ds", **_ROCM_SPECS},
                    units=304, warp_size=64, smem_per_unit_kb=64, l2_mb=32, infinity_cache_mb=256,
                    mem_bw_gbs=6000, fp32_tflops=163.4, fp32_matrix_tflops=163.4, bf16_tflops=1307.4,
                    fp16_tflops=1307.4, tf32_tflops=653.7, xcds=8),
-    "mi355x": _gpu("amd", "gfx950", {"*": "mi350-ds", "units": "rocm-specs", "warp_size": "rocm-specs",
-                                     "smem_per_unit_kb": "rocm-specs", "l2_mb": "rocm-specs", "xcds": "rocm-specs",
-                                     "infinity_cache_mb": "rocm-specs"},
+    "mi355x": _gpu("amd", "gfx950", {"*": "mi350-ds", **_ROCM_SPECS},
                    note="bf16 2.5 PFLOPS dense as AMD states it (2,516.6 TFLOPS)",
                    units=256, warp_size=64, smem_per_unit_kb=160, l2_mb=32, infinity_cache_mb=256,
                    mem_bw_gbs=8000, fp32_tflops=157.3, fp32_matrix_tflops=157.3, bf16_tflops=2516.6,
                    fp16_tflops=2516.6, xcds=8),
-    "mi350x": _gpu("amd", "gfx950", {"*": "mi350-ds", "units": "rocm-specs", "warp_size": "rocm-specs",
-                                     "smem_per_unit_kb": "rocm-specs", "l2_mb": "rocm-specs", "xcds": "rocm-specs",
-                                     "infinity_cache_mb": "rocm-specs"},
+    "mi350x": _gpu("amd", "gfx950", {"*": "mi350-ds", **_ROCM_SPECS},
                    note="bf16 2.3 PFLOPS dense as AMD states it (2,306.9 TFLOPS)",
                    units=256, warp_size=64, smem_per_unit_kb=160, l2_mb=32, infinity_cache_mb=256,
                    mem_bw_gbs=8000, fp32_tflops=144.2, fp32_matrix_tflops=144.2, bf16_tflops=2306.9,
