@@ -100,7 +100,8 @@ EOF
 }
 
 sec_llm() {  # evaluators' busy share while a loopback model answers after 10 s
-    timeout "$(left)" python3 bench/llm_overlap.py --platform cuda --delay 10 --evaluations 60 --concurrency 4 16 \
+    timeout "$(left)" python3 bench/llm_overlap.py --platform cuda --shape batch_size=4096 --shape dim=16384 \
+        --delay 10 --evaluations 60 --concurrency 4 16 \
         --out "$OUT/llm_overlap.json"
 }
 

@@ -1,7 +1,8 @@
 """How busy an LLM-driven search keeps its evaluators while the model writes (for docs/RESULTS.md).
 
 The run: the elementwise problem on the CPU platform (Triton's interpreter,
-the real evaluation protocol) at small shapes, kevo's default weights for a
+the real evaluation protocol) at small shapes, or on a GPU (``--platform cuda``
+with ``--shape`` for its sizes), kevo's default weights for a
 run that names a model, population 4, one evaluator in this process. The
 model is a loopback server (``tests/llm_replay_server.py``) that answers
 every request after ``--delay`` seconds with a correct kernel: the problem's
@@ -23,6 +24,8 @@ against the same loopback model; each run is a process of its own.
 
     python bench/llm_overlap.py --delay 10 --evaluations 120 --concurrency 4 32 --old 41071d7
     python bench/llm_overlap.py --delay 2 --evaluations 12     # a quick look
+    python bench/llm_overlap.py --platform cuda --shape batch_size=4096 --shape dim=16384 --delay 10 \
+        --evaluations 60 --concurrency 4 16                    # on a GPU machine
 """
 
 from __future__ import annotations
@@ -64,6 +67,13 @@ def kernel_reply(n: int) -> str:
     return f"A block of {block} with {warps} warps.\n\n```python\n{kernel}```\n"
 
 
+def _knob(text: str) -> tuple[str, int]:
+    name, _, value = text.partition("=")
+    if not name or not value.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected NAME=VALUE with an integer value")
+    return name, int(value)
+
+
 @contextlib.contextmanager
 def loopback_model(delay_s: float):
     """A loopback OpenAI-compatible server answering each request with ``kernel_reply`` after ``delay_s``."""
@@ -86,13 +96,14 @@ def loopback_model(delay_s: float):
         yield server
 
 
-def search_config(api_base: str, evaluations: int, concurrency: int) -> dict:
+def search_config(api_base: str, evaluations: int, concurrency: int, platform: str = "cpu",
+                  shapes: dict | None = None) -> dict:
     return {"problem": {"reference": str(PROBLEM / "reference.py"), "seeds": [str(PROBLEM / "seed.py")],
-                        "shapes": SHAPES},
+                        "shapes": shapes or SHAPES},
             "search": {"population_size": 4, "max_evaluations": evaluations, "seed": 0},
             "llm": {"model": MODEL, "api_base": api_base, "concurrency": concurrency, "timeout_s": 120,
                     "retries": 0},
-            "platform": "cpu"}
+            "platform": platform}
 
 
 def child(args: argparse.Namespace) -> int:
@@ -119,7 +130,8 @@ def child(args: argparse.Namespace) -> int:
 
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "run.json"
-        path.write_text(json.dumps(search_config(args.api_base, args.evaluations, args.concurrency[0])))
+        path.write_text(json.dumps(search_config(args.api_base, args.evaluations, args.concurrency[0], args.platform,
+                                                 dict(args.shape) or None)))
         began = time.monotonic()
         reason = start_run(path, Path(folder) / "run", dispatchers=dispatchers)
         wall = time.monotonic() - began
@@ -138,7 +150,8 @@ def busy_share(spans: list[list], first: int) -> tuple[float, float]:
 
 def measure(tree: Path, api_base: str, args: argparse.Namespace) -> dict:
     command = [sys.executable, str(Path(__file__).resolve()), "--child", "--tree", str(tree), "--api-base",
-               api_base, "--evaluations", str(args.evaluations), "--concurrency", str(args.concurrency)]
+               api_base, "--evaluations", str(args.evaluations), "--concurrency", str(args.concurrency),
+               "--platform", args.platform, *[f"--shape={k}={v}" for k, v in args.shape]]
     env = {**os.environ, "OPENAI_API_KEY": "sk-loopback-0123456789", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     done = subprocess.run(command, env=env, capture_output=True, text=True, cwd=tree, check=False)
     if done.returncode != 0:
@@ -172,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="llm.concurrency of the runs of this tree (the old tree runs with the first)")
     parser.add_argument("--old", metavar="REV", help="also run kevo as it was at this git revision")
     parser.add_argument("--out", type=Path, help="write the figures here as JSON")
+    parser.add_argument("--platform", choices=("cpu", "cuda"), default="cpu", help="where candidates run (default cpu)")
+    parser.add_argument("--shape", type=_knob, action="append", default=[], metavar="NAME=VALUE",
+                        help=f"the problem's shapes (default {SHAPES})")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--tree", type=Path, default=ROOT, help=argparse.SUPPRESS)
     parser.add_argument("--api-base", help=argparse.SUPPRESS)
@@ -187,7 +203,9 @@ def main(argv: list[str] | None = None) -> int:
             with (tree_at(args.old) if name.startswith("old") else contextlib.nullcontext(ROOT)) as tree:
                 row = measure(tree, server.base_url, argparse.Namespace(**{**vars(args), "concurrency": concurrency}))
             rows.append({"loop": name, "concurrency": concurrency, **row, "requests": len(server.requests) - asked})
-    print(f"loopback model answering after {args.delay:g} s; CPU platform; {args.evaluations} evaluations")
+    shapes = dict(args.shape) or SHAPES
+    print(f"loopback model answering after {args.delay:g} s; platform {args.platform}, shapes {shapes}; "
+          f"{args.evaluations} evaluations")
     print(f"{'loop':20} {'llm.conc':>8} {'busy':>6} {'window s':>8} {'from 1st child':>14} {'wall s':>7} "
           f"{'LLM kids':>8} {'requests':>8} {'eval s':>6}")
     for r in rows:
@@ -195,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['busy_from_first_child']:>14.0%} {r['wall_s']:>7} {r['llm_children']:>8} {r['requests']:>8} "
               f"{r['mean_evaluation_s']:>6}")
     if args.out:
-        args.out.write_text(json.dumps({"delay_s": args.delay, "evaluations": args.evaluations, "runs": rows},
+        args.out.write_text(json.dumps({"delay_s": args.delay, "evaluations": args.evaluations,
+                                        "platform": args.platform, "shapes": shapes, "runs": rows},
                                        indent=2))
     return 0
 
