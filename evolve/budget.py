@@ -5,19 +5,27 @@ the speed of light, before its ``max_evaluations``. ``share_saved`` says who
 gets the evaluations it did not spend, by this rule:
 
 1. **Saved**: over the runs that stopped at the speed of light, the sum of
-   ``max_evaluations - evaluations``.
+   ``max_evaluations - evaluations`` (a run that got extra evaluations
+   itself is left out: what the second pass saves is not handed on again).
 2. **Who may take it**: the runs that finished with a best whose SOL is known,
-   that did not stop at the speed of light, and whose best did not read below
-   the floor (a flagged kernel's SOL means nothing). A run without an
-   accepted kernel takes none: no SOL says how much is left there.
+   that did not stop at the speed of light, whose best did not read below
+   the floor (a flagged kernel's SOL means nothing), and that spent their
+   whole budget: a run that stopped for ``patience``, ``max_generations``,
+   ``target_speedup``, its wall limit or an exhausted search space would not
+   spend more, and a run without an accepted kernel has no SOL to say how
+   much is left there. A run takes a share once.
 3. **How much**: in proportion to the headroom ``1 - sol``, rounded down,
    each run at most ``cap`` times its own budget (``DEFAULT_CAP``: at most
    double it); what rounding and the caps leave goes, one evaluation at a
    time, to the runs with the most headroom first (ties: the sweep's order).
 
-The sweep then resumes each receiving run with its budget raised by its
-share (a second pass, once every run of the first has ended). The runs of
-the second pass spend what they get; what they save is not handed on again.
+The sweep (``evolve.sweep``, unless its file says ``spend_saved: false``)
+fixes the shares once every run of the first pass has ended, keeps them in
+the sweep's directory, raises each receiving run's stored budget by its share
+(``evolve.session.raise_budget``, recorded in the run's store, once) and
+resumes it: a second pass. The runs of the second pass spend what they get,
+or less where they reach the speed of light or another stop first; what
+they save is not handed on again.
 
 >>> from evolve.report import Outcome
 >>> runs = [Outcome("gelu", "finished", evaluations=20, max_evaluations=100, best_ms=1.0, sol=0.95, at_sol=True),
@@ -35,19 +43,26 @@ DEFAULT_CAP = 1.0
 
 
 def saved(outcomes: list[Any]) -> int:
-    """Evaluations the runs that stopped at the speed of light did not spend."""
-    return sum(max(0, (o.max_evaluations or 0) - o.evaluations) for o in outcomes if o.at_sol)
+    """Evaluations the runs that stopped at the speed of light did not spend (the second pass's not)."""
+    return sum(max(0, (o.max_evaluations or 0) - o.evaluations) for o in outcomes
+               if o.at_sol and not _extra(o))
+
+
+def _extra(outcome: Any) -> int:
+    """Evaluations the run was granted on top of its own budget (its share, once it got it)."""
+    return getattr(outcome, "extra_evaluations", 0) or 0
 
 
 def share_saved(outcomes: list[Any], cap: float = DEFAULT_CAP) -> dict[str, int]:
     """Extra evaluations per run name, by the module's rule; runs that get none are left out.
 
     ``outcomes`` are ``evolve.report.Outcome``s (``run_outcome``): their name, status,
-    evaluations, max_evaluations, sol, below_floor and at_sol are read.
+    evaluations, max_evaluations, sol, below_floor, at_sol and extra_evaluations are read.
     """
     pot = saved(outcomes)
     takers = [o for o in outcomes if o.status == "finished" and o.sol is not None and not o.at_sol
-              and not o.below_floor and o.sol < 1.0 and o.max_evaluations]
+              and not o.below_floor and o.sol < 1.0 and o.max_evaluations
+              and o.evaluations >= o.max_evaluations and not _extra(o)]
     if pot <= 0 or not takers:
         return {}
     order = sorted(range(len(takers)), key=lambda i: -(1.0 - takers[i].sol))  # stable: the sweep's order on ties

@@ -28,7 +28,7 @@ from evolve.report_sol import compiled_ms, sol_figures, sol_lines, standing
 from evolve.search.loop import AT_SOL, STATE_KEY
 from evolve.search.steering import FALLBACK_EVENT, selector_table
 from evolve.search.variation import FAILED_EVENT
-from evolve.session import STORE_FILE
+from evolve.session import BUDGET_EVENT, STORE_FILE
 from population_store import ACCEPTED, PENDING, Individual, RunStore
 
 PLOT_FILE = "progress.png"
@@ -235,6 +235,9 @@ class Outcome:
     compiled_sol: float | None = None  # torch.compile's, where the run knows its time (seeds: compile)
     below_floor: bool = False  # the best read below the floor: flagged
     at_sol: bool = False  # stopped at the speed of light (search.stop_at_sol)
+    extra_evaluations: int = 0  # granted on top of its budget (a sweep's second pass), in max_evaluations
+    extra_spent: int = 0  # of those, evaluated so far
+    best_ms_before_extra: float | None = None  # its best when they were granted
 
     @property
     def correct(self) -> bool:
@@ -243,7 +246,16 @@ class Outcome:
     @property
     def left_ms(self) -> float | None:
         """What the best leaves on the table: its runtime minus the floor."""
-        return max(0.0, self.best_ms - self.floor_ms) if self.best_ms is not None and self.floor_ms else None
+        return _left(self.best_ms, self.floor_ms)
+
+    @property
+    def left_ms_before_extra(self) -> float | None:
+        """What it left on the table before its extra evaluations (None: it got none)."""
+        return _left(self.best_ms_before_extra, self.floor_ms) if self.extra_evaluations else None
+
+
+def _left(best_ms: float | None, floor_ms: float | None) -> float | None:
+    return max(0.0, best_ms - floor_ms) if best_ms is not None and floor_ms else None
 
 
 def run_outcome(name: str, status: str, reason: str, run_dir: Path) -> Outcome:
@@ -251,8 +263,13 @@ def run_outcome(name: str, status: str, reason: str, run_dir: Path) -> Outcome:
     with RunStore.open(Path(run_dir) / STORE_FILE, readonly=True) as store:
         best, count = store.best(1), store.count()
         budget = store.config()["search"]["max_evaluations"]
+        raised = [event["data"] for event in store.events(BUDGET_EVENT)]
     outcome = Outcome(name, status, reason, evaluations=count, max_evaluations=budget,
                       at_sol=reason.startswith(AT_SOL))
+    if raised:  # its budget was raised (evolve.session.raise_budget): by how much, and what it has spent
+        outcome.extra_evaluations = sum(data["extra"] for data in raised)
+        outcome.extra_spent = min(outcome.extra_evaluations, max(0, count - raised[0]["evaluations"]))
+        outcome.best_ms_before_extra = raised[0].get("best_ms")
     if best:
         result = best[0].result
         outcome.best_ms, outcome.reference_ms = result["runtime_ms"], result.get("reference_ms")
@@ -273,7 +290,10 @@ def sweep_summary(outcomes: list[Outcome]) -> dict[str, Any]:
     Each run has its SOL and ``left_ms`` (best minus floor); ``below_floor``
     names the runs whose best read below the floor (flagged, not a speedup);
     ``saved_evaluations``, what runs that stopped at the speed of light did not
-    spend, and ``budget_shares``, who gets it by headroom (``evolve.budget``).
+    spend, and ``budget_shares``, who gets it by headroom (``evolve.budget``):
+    once a sweep's second pass granted them (``second_pass`` true), the shares
+    granted; each run then has ``extra_evaluations`` (its share), ``extra_spent``
+    (what it evaluated of it) and ``left_ms_before_extra`` beside ``left_ms``.
     """
     n = len(outcomes)
     correct = [o for o in outcomes if o.correct]
@@ -283,11 +303,14 @@ def sweep_summary(outcomes: list[Outcome]) -> dict[str, Any]:
         return sum(1 for s in speedups if s > p) / n if n else 0.0
 
     geomean = math.exp(sum(math.log(s) for s in speedups) / len(speedups)) if speedups else None
+    granted = {o.name: o.extra_evaluations for o in outcomes if o.extra_evaluations}
     return {"problems": n, "correct": len(correct), "fraction_correct": len(correct) / n if n else 0.0,
             "fast_1": fast(1.0), "fast_1.5": fast(1.5), "fast_2": fast(2.0),
             "geomean_speedup_correct": geomean, "below_floor": [o.name for o in outcomes if o.below_floor],
-            "saved_evaluations": saved(outcomes), "budget_shares": share_saved(outcomes),
-            "runs": [{**dataclasses.asdict(o), "left_ms": o.left_ms} for o in outcomes]}
+            "saved_evaluations": saved(outcomes), "budget_shares": granted or share_saved(outcomes),
+            "second_pass": bool(granted),
+            "runs": [{**dataclasses.asdict(o), "left_ms": o.left_ms, "left_ms_before_extra": o.left_ms_before_extra}
+                     for o in outcomes]}
 
 
 def format_sweep_summary(summary: dict[str, Any]) -> str:
@@ -306,7 +329,14 @@ def format_sweep_summary(summary: dict[str, Any]) -> str:
                  f"fast_1 {100 * summary['fast_1']:.0f}%, fast_1.5 {100 * summary['fast_1.5']:.0f}%, "
                  f"fast_2 {100 * summary['fast_2']:.0f}%; geometric-mean speedup over correct: "
                  + (f"{g:.3g}x" if g else "-"))
-    if summary.get("saved_evaluations"):
+    if summary.get("second_pass"):
+        runs = {r["name"]: r for r in summary["runs"]}
+        spent = ", ".join(f"{name} +{n} ({runs[name]['extra_spent']} spent; left on the table "
+                          f"{_fmt(runs[name]['left_ms_before_extra'])} -> {_fmt(runs[name]['left_ms'])} ms)"
+                          for name, n in summary["budget_shares"].items())
+        lines.append(f"{summary['saved_evaluations']} evaluations saved by runs at the speed of light; "
+                     f"a second pass gave them by headroom to: {spent}")
+    elif summary.get("saved_evaluations"):
         shares = ", ".join(f"{name} {n}" for name, n in summary["budget_shares"].items()) or "no run with headroom"
         lines.append(f"{summary['saved_evaluations']} evaluations saved by runs at the speed of light; "
                      f"by headroom they go to: {shares}")

@@ -1,11 +1,13 @@
-"""A run from the outside: start one from a config, resume one from its directory.
+"""A run from the outside: start one from a config, resume one from its directory, raise its budget.
 
 This is the composition root: it reads the config, resolves the search space
 from the seeds, builds the dispatcher (``evolve.dispatch.pool.make_dispatcher``,
 or the pool a sweep hands it), opens the run store, builds the LLM proposer
 when a model is configured, and hands them to the loop. A run directory holds
 ``STORE_FILE`` (``run.sqlite``: everything the run knows) and, once reported,
-``progress.png``.
+``progress.png``. A run's stored config is what a resume goes on with; the one
+change made to it afterwards is a budget raised on purpose (``raise_budget``,
+a sweep's second pass), recorded as an event beside the new config.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ log = logging.getLogger(__name__)
 STORE_FILE = "run.sqlite"  # a run directory's store; every other module takes the name from here
 LOCK_FILE = "run.lock"
 SETUP_KEY = "setup"
+BUDGET_EVENT = "budget_raised"  # search.max_evaluations raised on purpose (raise_budget): by whom, how much
 
 
 class RunError(Exception):
@@ -120,6 +123,35 @@ def resume_run(run_dir: str | Path, observer: Observer | None = None,
         with (dispatchers or make_dispatcher)(config) as (dispatcher, where):
             return _search("resumed", run_dir, store, dispatcher, where, config, seeds, space,
                            observer or Observer())
+
+
+def raise_budget(run_dir: str | Path, extra: int, grant: str) -> bool:
+    """Raise the stored ``search.max_evaluations`` of the run in ``run_dir`` by ``extra``, once per ``grant``.
+
+    The one way a run's budget changes once it has started (editing its YAML
+    changes nothing): the new config and a ``BUDGET_EVENT`` (``grant``,
+    ``extra``, the budget before and after, and the evaluations and best
+    runtime then) are committed in one transaction. A resume (``resume_run``,
+    ``kevo resume``, a sweep started again) then goes on to the raised budget.
+    A grant already recorded is not given again: the call changes nothing and
+    returns False (a sweep started again after a kill asks once more).
+    """
+    if isinstance(extra, bool) or not isinstance(extra, int) or extra < 1:
+        raise ValueError(f"extra evaluations: expected an integer >= 1, got {extra!r}")
+    run_dir = Path(run_dir)
+    with open_store(run_dir) as store, _locked(run_dir):
+        if any(event["data"].get("grant") == grant for event in store.events(BUDGET_EVENT)):
+            return False
+        config = store.config()
+        before = config["search"]["max_evaluations"]
+        config["search"]["max_evaluations"] = before + extra
+        config_from_dict(json.loads(json.dumps(config)), origin=str(run_dir / STORE_FILE))  # still a valid config
+        best = store.best(1)
+        store.set_config(config, (BUDGET_EVENT, {
+            "grant": grant, "extra": extra, "from": before, "to": before + extra, "evaluations": store.count(),
+            "best_ms": best[0].runtime_ms if best else None}))
+    log.info("%s: search.max_evaluations raised from %d to %d (%s)", run_dir.name, before, before + extra, grant)
+    return True
 
 
 def open_store(run_dir: str | Path, readonly: bool = False) -> RunStore:

@@ -12,8 +12,18 @@ actor serves whichever problem has work). Before any run
 starts, the sweep checks that this machine can evaluate its runs at all (the
 GPU they ask for, the Ray cluster they join). Running the same sweep again
 into the same directory (or ``kevo resume SWEEP_DIR``) skips the runs that
-ended, resumes the one that was cut short and starts the rest. The summary
-(``evolve.report.sweep_summary``) is written into the directory at the end.
+ended, resumes the one that was cut short and starts the rest.
+
+Once every run of that first pass has ended, a second pass spends what the
+runs that stopped at the speed of light saved (``evolve.budget``; the sweep
+file's ``spend_saved``, on by default): the shares are fixed once, from the
+first pass's outcomes, and kept in ``BUDGET_FILE``; each receiving run's
+stored budget is raised by its share (``evolve.session.raise_budget``, a
+grant recorded in its store, given once) and the run is resumed. A run whose
+budget was raised after it last stopped has not ended: a sweep killed in its
+second pass and started again resumes those runs, grants nothing twice and
+redoes nothing. The summary (``evolve.report.sweep_summary``) is written into
+the directory at the end.
 
 A ``SweepObserver`` is told as the sweep goes (``kevo sweep``'s lines on
 stderr come from one, ``evolve.progress.SweepProgress``).
@@ -27,6 +37,7 @@ import copy
 import dataclasses
 import json
 import logging
+import os
 import queue
 import threading
 from contextlib import AbstractContextManager
@@ -38,9 +49,10 @@ from evolve.config import ConfigError, config_from_dict
 from evolve.dispatch.pool import SharedPool, check_can_evaluate
 from evolve.dispatch.ray import RayUnavailable
 from evolve.errors import USER_ERRORS
+from evolve.budget import saved, share_saved
 from evolve.report import Outcome, run_outcome, sweep_summary
-from evolve.session import STORE_FILE, NoSeed, Observer, resume_run, start_run
-from evolve.sweep_file import DEFAULT_SIDE_BY_SIDE, Entry
+from evolve.session import BUDGET_EVENT, STORE_FILE, NoSeed, Observer, raise_budget, resume_run, start_run
+from evolve.sweep_file import DEFAULT_SIDE_BY_SIDE, DEFAULT_SPEND_SAVED, Entry
 from evolve.sweep_file import load_sweep  # noqa: F401  (still imported from here by bench/seed_gap.py)
 from platforms import PlatformUnavailable
 from population_store import RunStore
@@ -52,6 +64,9 @@ SUMMARY_FILE = "summary.json"
 CONFIG_FILE = "config.yaml"
 FAILED_FILE = "failed.json"  # a run that could not go on, with the reason
 SKIPPED_FILE = "skipped.json"  # a run that got no seed from torch.compile, with the reason
+BUDGET_FILE = "budget.json"  # the second pass's shares, fixed once from the first pass's outcomes
+SECOND_PASS = "sweep: evaluations saved at the speed of light"  # the grant a run's store records
+MAY_CHANGE = {"side_by_side": DEFAULT_SIDE_BY_SIDE, "spend_saved": DEFAULT_SPEND_SAVED}  # from one go to the next
 
 
 class SweepObserver:
@@ -66,6 +81,9 @@ class SweepObserver:
 
     def ended(self, outcome: Outcome) -> None:
         """What one run came to (a run that had ended before this sweep went on, too)."""
+
+    def second_pass(self, shares: dict[str, int]) -> None:
+        """The runs named in ``shares`` are resumed with that many evaluations more (``evolve.budget``)."""
 
     def evaluators(self, usage: dict) -> None:
         """How busy the evaluators were over the sweep (``SharedPool.usage``), once every run ended."""
@@ -93,14 +111,9 @@ def run_sweep(entries: list[Entry], sweep_dir: Path, *, observer: SweepObserver 
     observer.started(sweep_dir, entries)
     width = max(entry.side_by_side for entry in entries)
     with SharedPool(width) as pool:
-        if width == 1:
-            outcomes = []
-            for entry in entries:
-                outcome = ended[entry.name] or _run(entry, sweep_dir / entry.name, pool, observer)
-                outcomes.append(outcome)
-                observer.ended(outcome)
-        else:
-            outcomes = _side_by_side(entries, ended, sweep_dir, pool, observer, width)
+        outcomes = _pass(entries, ended, sweep_dir, pool, observer, width)
+        if all(entry.spend_saved for entry in entries):
+            outcomes = _second_pass(entries, outcomes, sweep_dir, pool, observer, width)
         usage = pool.usage()
     summary = sweep_summary(outcomes)
     if usage is not None:
@@ -108,6 +121,56 @@ def run_sweep(entries: list[Entry], sweep_dir: Path, *, observer: SweepObserver 
         observer.evaluators(usage)
     (sweep_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=1), encoding="utf-8")
     return outcomes
+
+
+def _pass(entries: list[Entry], ended: dict[str, Outcome | None], sweep_dir: Path, pool: SharedPool,
+          observer: SweepObserver, width: int) -> list[Outcome]:
+    """Every entry's outcome, in the sweep's order: those in ``ended`` as they are, the rest run."""
+    if width > 1:
+        return _side_by_side(entries, ended, sweep_dir, pool, observer, width)
+    outcomes = []
+    for entry in entries:
+        outcome = ended[entry.name] or _run(entry, sweep_dir / entry.name, pool, observer)
+        outcomes.append(outcome)
+        observer.ended(outcome)
+    return outcomes
+
+
+def _second_pass(entries: list[Entry], outcomes: list[Outcome], sweep_dir: Path, pool: SharedPool,
+                 observer: SweepObserver, width: int) -> list[Outcome]:
+    """The first pass's ``outcomes`` with those of the runs that got a share of the saved evaluations
+    after they spent it: each one's budget raised (once) and the run resumed, unless it ended since."""
+    shares = _shares(sweep_dir, outcomes)
+    if not shares:
+        return outcomes
+    for name, extra in shares.items():
+        raise_budget(sweep_dir / name, extra, SECOND_PASS)
+    receivers = [entry for entry in entries if entry.name in shares]
+    again = {entry.name: _previous(entry, sweep_dir / entry.name) for entry in receivers}
+    todo = [entry for entry in receivers if again[entry.name] is None]
+    if todo:
+        log.info("sweep: second pass: the evaluations saved at the speed of light go to %s",
+                 ", ".join(f"{entry.name} +{shares[entry.name]}" for entry in todo))
+        observer.second_pass({entry.name: shares[entry.name] for entry in todo})
+        again.update((o.name, o) for o in _pass(todo, {entry.name: None for entry in todo}, sweep_dir, pool,
+                                                observer, width))
+    return [again.get(o.name) or o for o in outcomes]
+
+
+def _shares(sweep_dir: Path, outcomes: list[Outcome]) -> dict[str, int]:
+    """Who gets how many of the saved evaluations: from ``BUDGET_FILE`` when the sweep fixed them
+    already (a sweep started again: the outcomes have changed since), else by ``evolve.budget``'s
+    rule now, kept there before any budget is raised (nothing is kept when nobody gets any)."""
+    path = sweep_dir / BUDGET_FILE
+    if path.is_file():
+        return json.loads(path.read_text(encoding="utf-8"))["shares"]
+    shares = share_saved(outcomes)
+    if not shares:
+        return shares
+    draft = path.with_name(f".{path.name}.draft")
+    draft.write_text(json.dumps({"saved": saved(outcomes), "shares": shares}, indent=1), encoding="utf-8")
+    os.replace(draft, path)  # whole or not at all
+    return shares
 
 
 def _side_by_side(entries: list[Entry], ended: dict[str, Outcome | None], sweep_dir: Path, pool: SharedPool,
@@ -216,18 +279,20 @@ def _check_machine(entries: list[Entry], sweep_dir: Path) -> None:
 def _check_same_sweep(sweep_dir: Path, entries: list[Entry]) -> list[dict] | None:
     """The plan to write into ``SWEEP_FILE`` for a new sweep; None when ``sweep_dir`` holds this same
     sweep already; ``ConfigError`` when it holds another."""
-    plan = [{"name": e.name, "config": e.config, "skip": e.skip, "side_by_side": e.side_by_side} for e in entries]
+    plan = [{"name": e.name, "config": e.config, "skip": e.skip, "side_by_side": e.side_by_side,
+             "spend_saved": e.spend_saved} for e in entries]
     path = sweep_dir / SWEEP_FILE
     if not path.exists():
         return plan
     stored = json.loads(path.read_text(encoding="utf-8"))
-    what = [{k: v for k, v in e.items() if k != "side_by_side"} for e in json.loads(json.dumps(plan))]
+    what = [{k: v for k, v in e.items() if k not in MAY_CHANGE} for e in json.loads(json.dumps(plan))]
     if [e["name"] for e in stored] != [e["name"] for e in plan] or [
-            {k: v for k, v in e.items() if k != "side_by_side"} for e in stored] != what:
+            {k: v for k, v in e.items() if k not in MAY_CHANGE} for e in stored] != what:
         raise ConfigError(f"{sweep_dir} holds a different sweep ({SWEEP_FILE} differs); "
                           "choose another --run-dir, or run the sweep file it was started from")
-    # the same sweep; how many runs go side by side may change from one go to the next
-    return plan if [e.get("side_by_side", 1) for e in stored] != [e.side_by_side for e in entries] else None
+    # the same sweep; how many runs go side by side, and whether saved evaluations are spent, may change
+    settings = [[e.get(k, default) for k, default in MAY_CHANGE.items()] for e in stored]
+    return plan if settings != [[p[k] for k in MAY_CHANGE] for p in plan] else None
 
 
 def stored_entries(sweep_dir: Path) -> list[Entry] | None:
@@ -235,8 +300,8 @@ def stored_entries(sweep_dir: Path) -> list[Entry] | None:
     path = Path(sweep_dir) / SWEEP_FILE
     if not path.is_file():
         return None
-    return [Entry(e["name"], e["config"], e.get("skip", ""), e.get("side_by_side", DEFAULT_SIDE_BY_SIDE))
-            for e in json.loads(path.read_text(encoding="utf-8"))]
+    return [Entry(e["name"], e["config"], e.get("skip", ""), e.get("side_by_side", DEFAULT_SIDE_BY_SIDE),
+                  e.get("spend_saved", DEFAULT_SPEND_SAVED)) for e in json.loads(path.read_text(encoding="utf-8"))]
 
 
 def sweep_status(entries: list[Entry], sweep_dir: Path) -> list[Outcome]:
@@ -253,7 +318,8 @@ def sweep_status(entries: list[Entry], sweep_dir: Path) -> list[Outcome]:
 
 
 def _previous(entry: Entry, run_dir: Path) -> Outcome | None:
-    """The outcome of a run that already ended (skipped, stopped, or failed), else None."""
+    """The outcome of a run that already ended (skipped, stopped, or failed), else None: a run whose
+    budget was raised after it last stopped (a second pass cut short) has not ended."""
     if entry.skip:
         return Outcome(entry.name, "skipped", entry.skip)
     for ended in (run_dir / FAILED_FILE, run_dir / SKIPPED_FILE):
@@ -262,9 +328,11 @@ def _previous(entry: Entry, run_dir: Path) -> Outcome | None:
     if not (run_dir / STORE_FILE).is_file():
         return None
     with RunStore.open(run_dir / STORE_FILE, readonly=True) as store:
-        stops = store.events("stopped")
+        stops, raised = store.events("stopped"), store.events(BUDGET_EVENT)
     if not stops or stops[-1]["data"].get("not_evaluated"):  # left pending at its wall limit: a resume
         return None  # evaluates them (and stops)
+    if raised and raised[-1]["id"] > stops[-1]["id"]:
+        return None
     return _outcome(entry, run_dir, "finished", stops[-1]["data"].get("reason", ""))
 
 

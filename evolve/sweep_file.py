@@ -3,6 +3,7 @@
 A sweep file names problems and the settings they share::
 
     side_by_side: 4                # runs that share the evaluators at once (default 1: one after another)
+    spend_saved: true              # what runs at the speed of light save goes to the others (evolve.budget)
     defaults:                      # any experiment keys, under every problem's own
       search: {population_size: 8, max_evaluations: 60}
       platform: cuda
@@ -38,9 +39,13 @@ from evolve.config import COMPILE_SEEDS, ConfigError, config_from_dict
 
 ENTRY_KEYS = {"config", "reference", "seeds", "shapes", "held_out_shapes", "variants", "folder",
               "seeds_folder", "name"}
-TOP_KEYS = {"defaults", "problems", "side_by_side"}
+TOP_KEYS = {"defaults", "problems", "side_by_side", "spend_saved"}
 #: Runs of a sweep that share the evaluators at once, unless the sweep file says ``side_by_side``.
 DEFAULT_SIDE_BY_SIDE = 1
+#: Whether a second pass spends the evaluations that runs at the speed of light saved (``spend_saved``):
+#: a sweep that sets ``search.stop_at_sol`` means its budget to go where the headroom is; nothing
+#: is saved, and nothing happens, without it.
+DEFAULT_SPEND_SAVED = True
 
 
 @dataclasses.dataclass
@@ -51,6 +56,7 @@ class Entry:
     config: dict[str, Any]
     skip: str = ""  # why the run cannot happen (a problem without kernels and no LLM), or ""
     side_by_side: int = DEFAULT_SIDE_BY_SIDE  # the sweep's: runs that share the evaluators at once
+    spend_saved: bool = DEFAULT_SPEND_SAVED  # the sweep's: a second pass spends what stop_at_sol saved
 
 
 def load_sweep(path: str | Path) -> list[Entry]:
@@ -66,11 +72,15 @@ def load_sweep(path: str | Path) -> list[Entry]:
         raise ConfigError(f"{path}: expected a mapping with 'problems' (and 'defaults')")
     unknown = sorted(set(data) - TOP_KEYS)
     if unknown:
-        raise ConfigError(f"{path}: unknown key '{unknown[0]}' (known keys: defaults, problems, side_by_side)")
+        raise ConfigError(f"{path}: unknown key '{unknown[0]}' (known keys: {', '.join(sorted(TOP_KEYS))})")
     side_by_side = data.get("side_by_side", DEFAULT_SIDE_BY_SIDE)
     if isinstance(side_by_side, bool) or not isinstance(side_by_side, int) or side_by_side < 1:
         raise ConfigError(f"{path}: side_by_side: expected an integer >= 1 (runs that share the evaluators at once), "
                           f"got {side_by_side!r}")
+    spend_saved = data.get("spend_saved", DEFAULT_SPEND_SAVED)
+    if not isinstance(spend_saved, bool):
+        raise ConfigError(f"{path}: spend_saved: expected true or false (whether a second pass spends the "
+                          f"evaluations runs at the speed of light saved), got {spend_saved!r}")
     defaults = data.get("defaults") or {}
     if not isinstance(defaults, dict):
         raise ConfigError(f"{path}: defaults: expected a mapping of experiment keys")
@@ -85,7 +95,7 @@ def load_sweep(path: str | Path) -> list[Entry]:
         entries.extend(_expand(item, defaults, base, f"{path}: problems[{i}]"))
     names = [e.name for e in entries]
     for i, entry in enumerate(entries):
-        entry.name, entry.side_by_side = f"{i:03d}-{entry.name}", side_by_side
+        entry.name, entry.side_by_side, entry.spend_saved = f"{i:03d}-{entry.name}", side_by_side, spend_saved
         if not entry.config["problem"].get("seeds") and not _llm_online(entry.config):
             entry.skip = ("no seed kernel, and no LLM to write one (set llm.model, give seeds_folder, "
                           "or write 'seeds: compile')")

@@ -151,9 +151,20 @@ class RunStore:
     # -- the run --------------------------------------------------------------
 
     def config(self) -> dict:
-        """The resolved config the run was created with."""
+        """The resolved config the run was created with, or as ``set_config`` last changed it."""
         row = self._conn.execute("SELECT value FROM meta WHERE key = 'config'").fetchone()
         return json.loads(row[0])
+
+    def set_config(self, config: dict, event: tuple[str, dict]) -> None:
+        """Replace the resolved config: a deliberate change (a raised budget), never a silent one, so
+        ``event`` (kind, data) says what changed and is recorded in the same transaction."""
+        config_json = to_json(config, "the run config")
+        kind, data = event
+        data_json = to_json(data, f"event {kind!r}")
+        with self._write() as conn:
+            conn.execute("UPDATE meta SET value = ? WHERE key = 'config'", (config_json,))
+            conn.execute("INSERT INTO events (kind, data, created_at) VALUES (?, ?, ?)",
+                         (kind, data_json, time.time()))
 
     # -- individuals ----------------------------------------------------------
 
