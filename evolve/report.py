@@ -26,7 +26,7 @@ from rich.table import Table
 from evolve.budget import saved, share_saved
 from evolve.report_sol import compiled_ms, sol_figures, sol_lines, standing
 from evolve.search.loop import AT_SOL, STATE_KEY
-from evolve.search.steering import FALLBACK_EVENT, selector_table
+from evolve.search.steering import FALLBACK_EVENT, profiling_cost, profiling_line, selector_table
 from evolve.search.variation import FAILED_EVENT
 from evolve.session import BUDGET_EVENT, STORE_FILE
 from population_store import ACCEPTED, PENDING, Individual, RunStore
@@ -48,7 +48,8 @@ def build_report(store: RunStore, run_dir: Path) -> dict[str, Any]:
     reading below the floor; ``confirmed``: what timing the top kernels again
     found (``evolve.search.confirm``), else ``unconfirmed`` says why not;
     ``within_noise``: the next kernels the best is not faster than beyond their
-    spreads; ``confinement``: what the OS held the workers to.
+    spreads; ``confinement``: what the OS held the workers to; ``profiling``: what profiling the
+    parents cost (``evolve.search.steering.profiling_cost``).
     """
     config = store.config()
     counts = store.status_counts()
@@ -73,6 +74,7 @@ def build_report(store: RunStore, run_dir: Path) -> dict[str, Any]:
         "llm_failed_proposals": len(store.events(FAILED_EVENT)),
         "operators_by_class": selector_table((store.get_state(STATE_KEY) or {}).get("selector")),
         "profiler": [e["data"]["reason"] for e in store.events(FALLBACK_EVENT)],
+        "profiling": profiling_cost(store.profiles()),
     }
 
 
@@ -125,6 +127,8 @@ def print_report(report: dict[str, Any], console: Console) -> None:
         console.print(f"plot       {report['plot']}", highlight=False)
     for reason in report.get("profiler", []):
         console.print(f"profiler   analytic roofline: {reason}", highlight=False)
+    if line := profiling_line(report.get("profiling")):
+        console.print(line, highlight=False)
     if report.get("llm_usage", {}).get("requests") or report.get("llm_failed_proposals"):
         console.print(f"llm        {format_usage(report['llm_usage'])}; "
                       f"{report['llm_failed_proposals']} proposals gave no new kernel", highlight=False)

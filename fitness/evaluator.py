@@ -341,17 +341,19 @@ class Evaluator:
     def profile(self, source: str, runtime_ms: float | None = None) -> dict[str, Any]:
         """The profile of candidate ``source`` (a parent), as ``ProfileRecord.to_dict()``.
 
-        The platform's profiler runs the candidate at the main shapes with the
-        device to itself (never during a timing); without one, or once it has
-        failed, the record is the analytic roofline from ``runtime_ms`` (the
-        evaluator's median) and says why in its ``reason``. Raises
-        ``ProblemError`` for a problem file whose ``FLOPS`` is unusable.
+        The platform's profiler runs the candidate at the main shapes, or a
+        reduced shape for a large problem (``fitness.profile_shape``), with the
+        device to itself while it uses it (the lane held exclusively, never
+        during a timing); without one, or once it has failed, the record is the
+        analytic roofline from ``runtime_ms`` (the evaluator's median) and says
+        why in its ``reason``. Raises ``ProblemError`` for a problem file whose
+        ``FLOPS`` is unusable.
         """
-        with self.lane.exclusive():
-            record = profile_candidate(self.profiler, self.prepared.reference_path, self.prepared.shapes, source,
-                                       self.platform.name, getattr(self.platform, "index", 0),
-                                       self.settings.profile_timeout_s, runtime_ms=runtime_ms,
-                                       device_name=self.channel.device_name(), dtype=self.prepared.dtype)
+        record = profile_candidate(self.profiler, self.prepared.reference_path, self.prepared.shapes, source,
+                                   self.platform.name, getattr(self.platform, "index", 0),
+                                   self.settings.profile_timeout_s, runtime_ms=runtime_ms,
+                                   device_name=self.channel.device_name(), dtype=self.prepared.dtype,
+                                   exclusive=self.lane.exclusive)
         return record.to_dict()
 
     @contextlib.contextmanager

@@ -1,7 +1,7 @@
 """The program a profiler wraps: build a candidate's ``ModelNew`` and run forward a few times.
 
     python -m fitness.profile_target --problem REF.py --candidate CAND.py \\
-        [--shape NAME=VALUE ...] --device cuda [--index 0] [--runs 3] [--warmup 1] [--region]
+        [--shape NAME=VALUE ...] --device cuda [--index 0] [--runs 1] [--warmup 1] [--region] [--gate DIR]
 
 The model and inputs are seeded as the evaluation worker seeds them
 (``--init-seed``, ``--input-seed``), so the profiled kernels see what the
@@ -10,13 +10,25 @@ timed ones saw. Warm-up forwards (compilation, autotuning) come first; the
 ``--region`` is given, and the device is synchronised after them. It is run
 by ``fitness.profiling.profile_candidate`` under the sandbox's scrubbed
 environment. Exit status: 0 done, 1 the candidate failed, 2 unusable input.
+
+With ``--gate DIR`` the program touches the device only when let: once its
+imports are done and the candidate is loaded (host work, seconds), it writes
+``DIR/ready.PID`` and waits for ``DIR/go.PID``; it writes ``DIR/done.PID``
+when its device work is over (``device_turn``). Its caller lets it go while it
+holds the device's timing lane (``fitness.profiling``), so a profile never
+overlaps another candidate's timing, and the lane is not held while this
+program starts.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
+import os
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from fitness.problem import ProblemError, build_model, load_problem, make_inputs
@@ -52,6 +64,23 @@ def load_candidate(path: Path) -> type:
     return module.ModelNew
 
 
+@contextlib.contextmanager
+def device_turn(gate: str | None, poll_s: float = 0.005) -> Iterator[None]:
+    """Wait until the caller lets this program onto the device (``--gate``); say when it is done."""
+    if gate is None:
+        yield
+        return
+    folder, pid = Path(gate), os.getpid()
+    Path(folder, f"ready.{pid}").touch()
+    go = Path(folder, f"go.{pid}")
+    while not go.exists():
+        time.sleep(poll_s)
+    try:
+        yield
+    finally:
+        Path(folder, f"done.{pid}").touch()
+
+
 def run(args: argparse.Namespace) -> int:
     import torch
 
@@ -66,16 +95,18 @@ def run(args: argparse.Namespace) -> int:
         return 2
     device = platform.device()
     try:
-        model = build_model(load_candidate(candidate), problem, args.init_seed, device)
-        inputs = make_inputs(problem, args.input_seed, device)
-        with torch.no_grad():
-            for _ in range(args.warmup):
-                model(*inputs)
-            platform.synchronize()
-            with profiled_region(args.region):
-                for _ in range(args.runs):
+        model_class = load_candidate(candidate)
+        with device_turn(args.gate):
+            model = build_model(model_class, problem, args.init_seed, device)
+            inputs = make_inputs(problem, args.input_seed, device)
+            with torch.no_grad():
+                for _ in range(args.warmup):
                     model(*inputs)
                 platform.synchronize()
+                with profiled_region(args.region):
+                    for _ in range(args.runs):
+                        model(*inputs)
+                    platform.synchronize()
     except Exception as exc:  # the candidate's failure: say what, without a traceback
         print(f"profile_target: the candidate failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
@@ -89,12 +120,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shape", action="append", default=[], metavar="NAME=VALUE")
     parser.add_argument("--device", default="cuda", choices=[n for n in PLATFORM_NAMES if n != "auto"])
     parser.add_argument("--index", type=int, default=0, help="device index")
-    parser.add_argument("--runs", type=int, default=3, help="measured forwards")
+    parser.add_argument("--runs", type=int, default=1, help="measured forwards")
     parser.add_argument("--warmup", type=int, default=1, help="forwards before the measured ones")
     parser.add_argument("--init-seed", type=int, default=42, help="seed before ModelNew is built")
     parser.add_argument("--input-seed", type=int, default=101, help="seed the inputs are drawn from")
     parser.add_argument("--dtype", default=None, help="cast floating inputs and weights to this precision")
     parser.add_argument("--region", action="store_true", help="bracket the measured runs with the profiler API")
+    parser.add_argument("--gate", default=None, metavar="DIR", help="touch the device only when let (see above)")
     return run(parser.parse_args(argv))
 
 

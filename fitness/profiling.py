@@ -2,8 +2,13 @@
 
 ``profile_candidate`` writes the candidate to a temporary file and runs
 ``fitness.profile_target`` under the profiler, in the environment the
-sandboxed worker gets (secrets scrubbed). The analytic roofline needs the
-minimum bytes and work of one forward:
+sandboxed worker gets (secrets scrubbed), at the shape
+``fitness.profile_shape`` picks: the problem's own, or a reduced one for a
+problem whose tensors are large (the record says which, and what the profile
+cost). The program touches the device only while the caller's ``exclusive``
+(the device's timing lane) is held, from its first device work to its end;
+its start-up (Python, torch, the candidate's import) holds nothing. The
+analytic roofline needs the minimum bytes and work of one forward:
 
 - bytes moved: the sizes of the forward's inputs and outputs, and of the
   model's parameters and buffers, at the problem's shapes (found by running
@@ -17,19 +22,31 @@ minimum bytes and work of one forward:
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import sys
 import tempfile
+import threading
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 from fitness.problem import ProblemError, load_problem
+from fitness.profile_shape import (MIN_BLOCKS_PER_UNIT, PROFILE_MAX_BYTES, ProfileShape, grown, meta_forward,
+                                   profile_shape)
 from fitness.sandbox import worker_environment
 from platforms import get_platform
 from platforms.profiling import Profiler, ProfileRecord, Workload
+from platforms.profiling.record import DRAM_PCT, GRID_BLOCKS
+from platforms.profiling.roofline import roofline_metrics
+from platforms.profiling.summary import summary_text
+from platforms.specs import lookup
 
 #: Seeds of the worker's defaults (fitness.evaluator.EvalSettings): the
 #: profiled forward sees the weights and the first fixed input set.
@@ -54,19 +71,10 @@ def problem_work(problem_path: str | Path, shapes: dict[str, int] | None = None,
     >>> problem_work("problems/elementwise/reference.py", {"batch_size": 4, "dim": 100}).bytes_moved
     4800
     """
-    import torch
-
     problem = load_problem(problem_path, shapes, dtype)
     flops = declared_flops(problem.module, problem_path)
     try:
-        with torch.device("meta"), torch.no_grad():
-            inputs = problem.get_inputs()
-            model = problem.Model(*problem.get_init_inputs())
-            if dtype is not None:
-                cast = getattr(torch, dtype)
-                inputs = [x.to(cast) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
-                model = model.to(cast)
-            outputs = model(*inputs)
+        inputs, outputs, model = meta_forward(problem, dtype)
     except (RuntimeError, NotImplementedError, TypeError, ValueError) as exc:
         reason = f"the reference does not run on the meta device ({type(exc).__name__}: {str(exc)[:120]})"
         return ProblemWork(None, flops, "", reason)
@@ -120,7 +128,7 @@ def kernel_filter(source: str) -> str | None:
 
 def target_command(problem_path: str | Path, candidate_path: str | Path, shapes: dict[str, int],
                    platform_name: str, device_index: int, runs: int, warmup: int, region: bool,
-                   dtype: str | None = None) -> list[str]:
+                   dtype: str | None = None, gate: str | Path | None = None) -> list[str]:
     """The ``python -m fitness.profile_target`` command line for one candidate."""
     command = [sys.executable, "-m", "fitness.profile_target", "--problem", str(Path(problem_path).resolve()),
                "--candidate", str(candidate_path), "--device", platform_name, "--index", str(device_index),
@@ -130,20 +138,30 @@ def target_command(problem_path: str | Path, candidate_path: str | Path, shapes:
         command += ["--shape", f"{name}={value}"]
     if dtype is not None:
         command += ["--dtype", dtype]
+    if gate is not None:
+        command += ["--gate", str(gate)]
     return command + (["--region"] if region else [])
+
+
+Exclusive = Callable[[], AbstractContextManager[Any]]
 
 
 def profile_candidate(profiler: Profiler, problem_path: str | Path, shapes: dict[str, int] | None, source: str,
                       platform_name: str, device_index: int, timeout_s: float, *, runtime_ms: float | None = None,
-                      device_name: str = "", runs: int = 3, warmup: int = 1,
-                      dtype: str | None = None) -> ProfileRecord:
+                      device_name: str = "", runs: int = 1, warmup: int = 1, dtype: str | None = None,
+                      exclusive: Exclusive | None = None, max_bytes: int = PROFILE_MAX_BYTES) -> ProfileRecord:
     """Profile one candidate (a parent) on ``platform_name``'s device ``device_index``.
 
     ``runtime_ms`` (the evaluator's median) and ``device_name`` feed the
     analytic roofline, which is the record whenever the profiler is missing
-    or fails. A failing profiler never raises here; a bad problem file does
-    (``ProblemError``).
+    or fails; it is computed at the problem's own ``shapes``. The tool runs
+    at ``fitness.profile_shape``'s shape (reduced when the tensors take more
+    than ``max_bytes``), and once more, larger, when the profiled grid leaves
+    the device's units idle. ``exclusive()`` (the device's timing lane) is
+    held while the profiled program uses the device. A failing profiler never
+    raises here; a bad problem file does (``ProblemError``).
     """
+    started = time.monotonic()
     shapes = dict(shapes or {})
     work = problem_work(problem_path, shapes, dtype)
     workload = Workload(bytes_moved=work.bytes_moved, flops=work.flops, dtype=work.dtype,
@@ -151,14 +169,138 @@ def profile_candidate(profiler: Profiler, problem_path: str | Path, shapes: dict
                         forwards=runs if profiler.capture_region else runs + warmup)
     if profiler.disabled_reason is not None:
         return profiler.profile([], {}, None, timeout_s, workload)
-    platform = get_platform(platform_name, device_index)
-    env = worker_environment(dict(os.environ), dict(platform.worker_env))
-    with tempfile.TemporaryDirectory(prefix="kevo-profile-") as tmp:
-        candidate = Path(tmp, "candidate.py")
-        candidate.write_text(source, encoding="utf-8")
-        command = target_command(problem_path, candidate, shapes, platform_name, device_index, runs, warmup,
-                                 profiler.capture_region, dtype)
-        return profiler.profile(command, env, kernel_filter(source), timeout_s, workload)
+    target = profile_shape(problem_path, shapes, dtype, max_bytes)
+    session = _Session(profiler, problem_path, source, platform_name, device_index, (runs, warmup, dtype),
+                       exclusive or contextlib.nullcontext, workload, timeout_s)
+    record = session.profile(target)
+    units = lookup(record.device_name or device_name).get("units")
+    bigger = _unstarved(record, target, units, problem_path, dtype)
+    if bigger is not None:
+        starved = f"the grid at {_knobs(target)} has fewer than {MIN_BLOCKS_PER_UNIT} blocks per SM/CU"
+        if time.monotonic() - started < timeout_s / 2:  # a larger run takes longer: only while far from the timeout
+            again = session.profile(bigger)
+            if again.measured:
+                record, target = again, bigger
+                record.notes.append(f"profiled again at {_knobs(bigger)}: {starved}")
+            else:
+                record.notes.append(f"{starved}; profiling it at {_knobs(bigger)} failed: {again.reason}")
+        else:
+            record.notes.append(f"{starved}; not profiled larger: this profile took over half the profiler's timeout")
+    return _accounted(record, target, session, shapes, time.monotonic() - started)
+
+
+def _unstarved(record: ProfileRecord, target: ProfileShape, units: int | None, problem_path: str | Path,
+               dtype: str | None) -> ProfileShape | None:
+    """A larger shape when ``record``, taken at a reduced shape, has a grid too small to fill ``units``."""
+    if not (target.reduced and record.measured and record.kernels and units):
+        return None
+    grid = record.kernels[0].metrics.get(GRID_BLOCKS)
+    blocks = 0 if grid is None else round(grid.value)
+    items = math.prod(target.shapes[name] for name in target.outer)
+    # Only a grid of whole blocks per outer item grows with the items (a persistent grid of one block
+    # per SM, or one per channel, does not): profiling that larger would change nothing.
+    if blocks <= 0 or blocks >= MIN_BLOCKS_PER_UNIT * units or blocks % items:
+        return None
+    return grown(target, problem_path, dtype, MIN_BLOCKS_PER_UNIT * units / blocks)
+
+
+def _accounted(record: ProfileRecord, target: ProfileShape, session: "_Session", shapes: dict[str, int],
+               seconds: float) -> ProfileRecord:
+    """``record`` with the shape it was taken at and what taking it cost."""
+    record.cost.update(seconds=seconds, device_s=session.device_s, tool_runs=session.tool_runs)
+    if not record.measured:  # the roofline, at the problem's own shapes
+        record.shapes = shapes
+        return record
+    record.shapes, record.scale = dict(target.shapes), target.note
+    if target.why_not:
+        record.notes.append(target.why_not)
+    if target.reduced:
+        own = roofline_metrics(session.workload, lookup(session.workload.device_name)).get(DRAM_PCT)
+        if own is not None:
+            record.notes.append(f"at its own shapes, {session.workload.runtime_ms:.4g} ms a forward moves its "
+                                f"bytes at {own.value:.0f}% of the datasheet's DRAM bandwidth (analytic roofline)")
+    record.summary = summary_text(record)
+    return record
+
+
+def _knobs(target: ProfileShape) -> str:
+    return ", ".join(f"{name}={target.shapes[name]}" for name in target.outer) or "its own shapes"
+
+
+class _Session:
+    """Runs of one candidate's target program under the profiler, each gated on the device's lane."""
+
+    def __init__(self, profiler: Profiler, problem_path: str | Path, source: str, platform_name: str,
+                 device_index: int, run: tuple[int, int, str | None], exclusive: Exclusive, workload: Workload,
+                 timeout_s: float) -> None:
+        self.profiler, self.problem_path, self.source = profiler, problem_path, source
+        self.platform_name, self.device_index, self.run = platform_name, device_index, run
+        self.exclusive, self.workload, self.timeout_s = exclusive, workload, timeout_s
+        platform = get_platform(platform_name, device_index)
+        self.env = worker_environment(dict(os.environ), dict(platform.worker_env))
+        self.device_s = 0.0
+        self.tool_runs = 0
+
+    def profile(self, target: ProfileShape) -> ProfileRecord:
+        runs, warmup, dtype = self.run
+        with tempfile.TemporaryDirectory(prefix="kevo-profile-") as tmp:
+            candidate = Path(tmp, "candidate.py")
+            candidate.write_text(self.source, encoding="utf-8")
+            gate = Path(tmp, "gate")
+            gate.mkdir()
+            command = target_command(self.problem_path, candidate, target.shapes, self.platform_name,
+                                     self.device_index, runs, warmup, self.profiler.capture_region, dtype, gate)
+            with _Gatekeeper(gate, self.exclusive) as keeper:
+                record = self.profiler.profile(command, self.env, kernel_filter(self.source), self.timeout_s,
+                                               self.workload)
+            self.device_s += keeper.device_s
+        self.tool_runs += int(record.cost.get("tool_runs", 0))
+        return record
+
+
+class _Gatekeeper:
+    """Lets each run of the gated target program (``profile_target --gate``) onto the device while
+    ``exclusive()`` is held, from its ``ready`` to its ``done`` (or its end)."""
+
+    def __init__(self, folder: Path, exclusive: Exclusive, poll_s: float = 0.005) -> None:
+        self.folder, self.exclusive, self.poll_s = folder, exclusive, poll_s
+        self.device_s = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="kevo-profile-gate", daemon=True)
+
+    def __enter__(self) -> "_Gatekeeper":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            ready = next(iter(sorted(self.folder.glob("ready.*"))), None)
+            if ready is None:
+                self._stop.wait(self.poll_s)
+                continue
+            pid = int(ready.suffix[1:])
+            ready.unlink()
+            with self.exclusive():
+                started = time.monotonic()
+                Path(self.folder, f"go.{pid}").touch()
+                done = Path(self.folder, f"done.{pid}")
+                while not done.exists() and _alive(pid) and not self._stop.is_set():
+                    self._stop.wait(self.poll_s)
+                self.device_s += time.monotonic() - started
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class ProfileCache:

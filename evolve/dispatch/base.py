@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import abc
 import collections
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any, Protocol
@@ -95,7 +96,7 @@ class Dispatcher(abc.ABC):
 
     def profile_result(self, handle: Any) -> tuple[bool, dict[str, Any] | None]:
         """(done, record) for a handle of ``profile_later``; the record is None when it was lost."""
-        return True, handle.record
+        return handle.poll()
 
     def results(self) -> Iterator[tuple[int, EvalResult]]:
         """``next_result()`` until nothing is in flight."""
@@ -135,6 +136,7 @@ class InProcessDispatcher(Dispatcher):
         self.evaluator = evaluator
         self._queue: collections.deque[tuple[int, str]] = collections.deque()
         self.usage = SlotUsage(1)
+        self._profiling: list[_Background] = []
 
     def submit(self, key: int, source: str) -> None:
         self._queue.append((key, source))
@@ -162,8 +164,20 @@ class InProcessDispatcher(Dispatcher):
         profile = getattr(self.evaluator, "profile", None)  # a test's fake evaluator may not profile
         return None if profile is None else profile(source, runtime_ms)
 
+    def profile_later(self, source: str, runtime_ms: float | None) -> Any:
+        """A hardware profile runs in a thread, beside the evaluations (the evaluator's timing lane
+        keeps it off their timings); the analytic roofline, milliseconds on no device, at once."""
+        profiler = getattr(self.evaluator, "profiler", None)
+        if profiler is None or profiler.disabled_reason is not None:
+            return _Done(self.profile(source, runtime_ms))
+        handle = _Background(self.profile, source, runtime_ms)
+        self._profiling = [h for h in self._profiling if h.thread.is_alive()] + [handle]
+        return handle
+
     def close(self) -> None:
         self._queue.clear()
+        for handle in self._profiling:  # a profiler's process is not left behind
+            handle.thread.join()
 
 
 class _Done:
@@ -171,6 +185,33 @@ class _Done:
 
     def __init__(self, record: dict[str, Any] | None) -> None:
         self.record = record
+
+    def poll(self) -> tuple[bool, dict[str, Any] | None]:
+        return True, self.record
+
+
+class _Background:
+    """A profile taken in a thread; what it raised is raised where it is polled."""
+
+    def __init__(self, profile: Any, source: str, runtime_ms: float | None) -> None:
+        self.record: dict[str, Any] | None = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(profile, source, runtime_ms),
+                                       name="kevo-profile", daemon=True)
+        self.thread.start()
+
+    def _run(self, profile: Any, source: str, runtime_ms: float | None) -> None:
+        try:
+            self.record = profile(source, runtime_ms)
+        except BaseException as exc:  # noqa: BLE001 - handed to the loop's thread by poll()
+            self.error = exc
+
+    def poll(self) -> tuple[bool, dict[str, Any] | None]:
+        if self.thread.is_alive():
+            return False, None
+        if self.error is not None:
+            raise self.error
+        return True, self.record
 
 
 class SlotUsage:

@@ -30,6 +30,7 @@ from evolve.dispatch.connect import start_ray
 from evolve.dispatch.ray import EvaluatorSpec, RayDispatcher, RayUnavailable
 from evolve.dispatch.share import SharedDispatcher
 from fitness import EvalSettings, Evaluator
+from fitness.lane import TimingLane
 from platforms import get_platform
 from platforms.profiling import ProfilerConfigError
 
@@ -56,8 +57,9 @@ def eval_settings(config: Config) -> EvalSettings:
 
 
 def make_evaluator(config: Config) -> Evaluator:
-    """The evaluator the config describes (raises ``ProblemError``, ``CutoffError``, ``PlatformUnavailable``)."""
-    return evaluator_spec(config).build()
+    """The evaluator the config describes (raises ``ProblemError``, ``CutoffError``, ``PlatformUnavailable``),
+    with a timing lane of its own: a parent's profile, taken in the background, never overlaps a timing."""
+    return evaluator_spec(config).build(TimingLane())
 
 
 def uses_ray(config: Config) -> bool:

@@ -90,7 +90,8 @@ class RayDispatcher(Dispatcher):
         plan = actor_plan(spec.platform, ray.cluster_resources(), num_actors, local=address is None)
         self.slots = slots or (DEFAULT_GPU_SLOTS if plan.resource == "GPU" else 1)
         # actor_class/actor_options: a stand-in actor with EvaluatorActor's methods (simulations, benchmarks)
-        options = {**plan.options, "max_concurrency": self.slots, **(actor_options or {})}
+        # one thread more than slots: a parent's profile (EvaluatorActor.profile) never takes an evaluation's
+        options = {**plan.options, "max_concurrency": self.slots + 1, **(actor_options or {})}
         # kevo's own actor fits its slots to the device's memory, and keeps the evaluators of the
         # problems of a sweep that go side by side (stand-ins take neither)
         kwargs = {"slots": self.slots, "keep_problems": keep_problems} if actor_class is None else {}

@@ -19,10 +19,14 @@ whose outcome is still to come, go into the loop's checkpoint.
 With ``operators.bias: false`` the draws follow the config's weights alone
 (and LLM focuses are drawn uniformly): the selector still counts outcomes, for
 the report, but they steer nothing.
+
+Each record says what taking it cost (``ProfileRecord.cost``) and the shape
+it was taken at; ``profiling_cost`` sums them for the report.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import random
@@ -207,3 +211,46 @@ def selector_table(state: dict[str, Any] | None) -> list[dict[str, Any]]:
     selector = OperatorSelector.from_state(state, {op.value: 1.0 for op in OperatorName}, random.Random(0))
     return [{"bottleneck": row.bottleneck, "kind": row.kind, "arm": row.arm, "tries": row.tries,
              "improvements": row.improvements, "rate": row.rate} for row in selector.table()]
+
+
+def profiling_cost(profiles: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """What profiling the run's parents cost, from their records (the store's ``profiles()``).
+
+    ``profiles``: how many; ``by_tool``: how many each tool took (``roofline``:
+    no tool, no device); ``seconds`` and ``device_s``: summed wall time of the
+    profiles and, of it, the time the profiled programs held the device
+    (others' timings waited); ``tool_runs``; ``shapes``: the reduced shapes
+    profiled at (``ProfileRecord.scale``); ``unrecorded``: records of a tool
+    without a cost (taken by a kevo that did not record it).
+    """
+    records = list(profiles.values())
+    costs = [record.get("cost") or {} for record in records]
+    return {
+        "profiles": len(records),
+        "by_tool": dict(collections.Counter(record.get("tool") or "?" for record in records)),
+        "seconds": sum(cost.get("seconds", 0.0) for cost in costs),
+        "device_s": sum(cost.get("device_s", 0.0) for cost in costs),
+        "tool_runs": int(sum(cost.get("tool_runs", 0) for cost in costs)),
+        "shapes": sorted({record["scale"].partition(":")[0] for record in records if record.get("scale")}),
+        "unrecorded": sum(1 for record, cost in zip(records, costs) if not cost and record.get("tool") != "roofline"),
+    }
+
+
+def profiling_line(cost: Mapping[str, Any] | None) -> str | None:
+    """The report's line for ``profiling_cost`` (None when no parent was profiled).
+
+    >>> profiling_line({"profiles": 3, "by_tool": {"ncu": 2, "roofline": 1}, "seconds": 21.04, "device_s": 6.5,
+    ...                 "tool_runs": 4, "shapes": ["batch_size=160 of 4096"], "unrecorded": 0})
+    'profiling  3 parents (ncu 2, roofline 1): 21.0 s, the device held 6.5 s; at batch_size=160 of 4096'
+    """
+    if not cost or not cost.get("profiles"):
+        return None
+    tools = ", ".join(f"{tool} {n}" for tool, n in cost["by_tool"].items())
+    line = (f"profiling  {cost['profiles']} parents ({tools}): {cost['seconds']:.1f} s, "
+            f"the device held {cost['device_s']:.1f} s")
+    if cost["shapes"]:
+        more = len(cost["shapes"]) - 1
+        line += f"; at {cost['shapes'][0]}" + (f" and {more} other reduced shapes" if more else "")
+    if cost.get("unrecorded"):
+        line += f" ({cost['unrecorded']} taken without a recorded cost)"
+    return line

@@ -34,24 +34,23 @@ from platforms.profiling.record import (
 )
 from platforms.profiling.runner import ProfileParseError, parse_version
 
-#: The small metric set kevo asks for: time, the speed-of-light fractions,
-#: the tensor pipe, occupancy and what limits it, DRAM bytes, L2 hits.
+#: The metrics kevo asks ncu for: what the bottleneck class and the prompt's
+#: figures read (``platforms.profiling.classify``, ``summary``), nothing else.
+#: Time; DRAM and SM throughput (the two sides of the class); the tensor pipe
+#: (the compute-bound reason); achieved and theoretical occupancy and registers
+#: (the latency-bound reason). The grid and block sizes come with every launch.
+#: Every name here is a column of real ncu output (tests/fixtures/profilers/ncu_h200).
+#: Left out, though the parser still reads them when present: the memory-units
+#: throughput (never used for the class: see docs/PROFILING.md), DRAM bytes,
+#: the L2 hit rate and the occupancy limiters.
 NCU_METRICS: tuple[str, ...] = (
     "gpu__time_duration.sum",
     "dram__throughput.avg.pct_of_peak_sustained_elapsed",
     "sm__throughput.avg.pct_of_peak_sustained_elapsed",
-    "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
-    "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed",
+    "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",
     "sm__warps_active.avg.pct_of_peak_sustained_active",
     "sm__maximum_warps_per_active_cycle_pct",
     "launch__registers_per_thread",
-    "launch__occupancy_limit_registers",
-    "launch__occupancy_limit_shared_mem",
-    "launch__occupancy_limit_warps",
-    "launch__occupancy_limit_blocks",
-    "dram__bytes_read.sum",
-    "dram__bytes_write.sum",
-    "lts__t_sector_hit_rate.pct",
 )
 
 # raw metric name -> kevo name; earlier entries win when both are present
@@ -81,6 +80,9 @@ _DETAIL_NAMES: dict[tuple[str, str], str] = {
 }
 _RAW_KEVO = dict(_RAW_NAMES)
 _BYTES = ("dram__bytes_read.sum", "dram__bytes_write.sum")
+# what the replays cost, in every raw page ncu 2025 writes
+_PASSES = "profiler__replayer_passes"
+_BACKED_UP = "profiler__replayer_bytes_mem_backed_up.sum"
 _DEVICE = "device__attribute_display_name"
 # unit -> (base unit, factor); ncu scales units unless --print-units base
 _BASE_UNITS: dict[str, tuple[str, float]] = {
@@ -100,18 +102,21 @@ class NcuReport:
 
     launches: list[Launch]
     device_name: str = ""
+    replay_passes: int | None = None  # the most passes a launch was replayed for (raw page only)
+    replay_bytes: float | None = None  # device memory saved and restored around replays, all launches
 
 
 def ncu_commands(ncu: str, report: str, command: list[str], kernel_filter: str | None,
-                 launch_count: int = 64) -> tuple[list[str], list[str]]:
+                 launch_count: int = 64, metrics: tuple[str, ...] = NCU_METRICS) -> tuple[list[str], list[str]]:
     """(profile, export) commands: profile the candidate's kernels into ``report``, then print its CSV.
 
     Only the region between ``cudaProfilerStart`` and ``cudaProfilerStop``
     is profiled (the target's warm-up and input set-up are not), clocks are
-    left as they are, and at most ``launch_count`` launches are replayed.
+    left as they are, only ``metrics`` are collected, and at most
+    ``launch_count`` launches are replayed.
     """
     profile = [ncu, "--target-processes", "all", "--profile-from-start", "off", "--clock-control", "none",
-               "--metrics", ",".join(NCU_METRICS), "--launch-count", str(launch_count),
+               "--metrics", ",".join(metrics), "--launch-count", str(launch_count),
                "--export", report, "--force-overwrite"]
     if kernel_filter:
         profile += ["--kernel-name", f"regex:{kernel_filter}"]
@@ -151,20 +156,22 @@ def _raw_report(header: list[str], body: list[list[str]]) -> NcuReport:
     units = [""] * len(header)
     if body and not body[0][col["Kernel Name"]]:
         units, body = body[0], body[1:]
-    device = ""
-    launches = []
+    report = NcuReport([])
     for row in body:
         values: dict[str, Metric] = {}
-        for raw, _kevo in _RAW_NAMES + tuple((b, "") for b in _BYTES):
+        for raw, _kevo in _RAW_NAMES + tuple((b, "") for b in (*_BYTES, _PASSES, _BACKED_UP)):
             if raw in col:
                 value = _metric(row[col[raw]], units[col[raw]])
                 if value is not None:
                     values[raw] = value
-        launch = _launch(row[col["Kernel Name"]], values, row, col)
+        report.launches.append(_launch(row[col["Kernel Name"]], values, row, col))
         if _DEVICE in col:
-            device = device or row[col[_DEVICE]]
-        launches.append(launch)
-    return NcuReport(launches, device)
+            report.device_name = report.device_name or row[col[_DEVICE]]
+        if _PASSES in values:
+            report.replay_passes = max(report.replay_passes or 0, int(values[_PASSES].value))
+        if _BACKED_UP in values:
+            report.replay_bytes = (report.replay_bytes or 0.0) + values[_BACKED_UP].value
+    return report
 
 
 def _details_launches(header: list[str], body: list[list[str]]) -> list[Launch]:

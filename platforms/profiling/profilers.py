@@ -138,8 +138,14 @@ class NcuProfiler(Profiler):
         except ProfileParseError as exc:
             raise ProfilerFailure(f"cannot read ncu's CSV: {exc}") from None
         launches = _matching(parsed.launches, kernel_filter)
-        return build_record("ncu", self.version, parsed.device_name or workload.device_name, launches,
-                            self.thresholds, workload.forwards)
+        record = build_record("ncu", self.version, parsed.device_name or workload.device_name, launches,
+                              self.thresholds, workload.forwards)
+        record.cost["tool_runs"] = 2
+        if parsed.replay_passes is not None:
+            record.cost["replay_passes"] = parsed.replay_passes
+        if parsed.replay_bytes is not None:
+            record.cost["replay_bytes"] = parsed.replay_bytes
+        return record
 
 
 class RocprofProfiler(Profiler):
@@ -198,8 +204,10 @@ class RocprofProfiler(Profiler):
                     notes.append(f"counters {' '.join(counters)} not collected (skipped for the rest of the "
                                  f"run): {failure.reason}")
         launches = [amd_launch(d, specs) for d in merge_passes(timing, passes)]
-        return build_record(flavour, self._version(flavour, binary), workload.device_name,
-                            _matching(launches, kernel_filter), self.thresholds, workload.forwards, notes)
+        record = build_record(flavour, self._version(flavour, binary), workload.device_name,
+                              _matching(launches, kernel_filter), self.thresholds, workload.forwards, notes)
+        record.cost["tool_runs"] = 1 + len(passes)
+        return record
 
     def _pass(self, flavour, binary, run_dir: Path, counters, command, env, kernel_filter, timeout_s) -> list[Dispatch]:
         run_dir.mkdir()

@@ -32,6 +32,17 @@ UNITS: dict[str, str] = {
 }
 
 
+#: What a profile cost, in ``ProfileRecord.cost`` (a key is left out when not known):
+#: ``seconds``: wall time of the whole profile, on the evaluator that took it;
+#: ``device_s``: of that, the time the profiled program had the device to itself
+#: (timings of other candidates on that device waited);
+#: ``tool_runs``: runs of the tool (ncu: profile and export; rocprof: the trace and each counter pass);
+#: ``replay_passes``: passes ncu replayed each launch for (``profiler__replayer_passes``);
+#: ``replay_bytes``: device memory ncu saved and restored around those replays, all launches
+#: (``profiler__replayer_bytes_mem_backed_up``): it grows with the profiled program's allocations.
+COST_KEYS = ("seconds", "device_s", "tool_runs", "replay_passes", "replay_bytes")
+
+
 @dataclasses.dataclass(frozen=True)
 class Metric:
     """One measured value and its unit."""
@@ -110,6 +121,9 @@ class ProfileRecord:
     reason: str = ""
     notes: list[str] = dataclasses.field(default_factory=list)  # degraded parts, e.g. a skipped counter pass
     summary: str = ""
+    shapes: dict[str, int] = dataclasses.field(default_factory=dict)  # the overrides the profiled program ran at
+    scale: str = ""  # how that shape was reduced from the problem's own (empty: profiled at its own shapes)
+    cost: dict[str, float] = dataclasses.field(default_factory=dict)  # what taking it cost: see COST_KEYS
 
     @property
     def measured(self) -> bool:
@@ -135,6 +149,7 @@ class ProfileRecord:
             "metrics": {k: m.to_dict() for k, m in self.metrics.items()},
             "kernels": [k.to_dict() for k in self.kernels],
             "reason": self.reason, "notes": list(self.notes), "summary": self.summary,
+            "shapes": dict(self.shapes), "scale": self.scale, "cost": dict(self.cost),
         }
 
     @classmethod
@@ -144,7 +159,8 @@ class ProfileRecord:
             bottleneck=data["bottleneck"], why=data["why"], metrics=_metrics_from(data["metrics"]),
             kernels=[KernelProfile.from_dict(k) for k in data.get("kernels", [])],
             reason=data.get("reason", ""), notes=list(data.get("notes", [])),
-            summary=data.get("summary", ""),
+            summary=data.get("summary", ""), shapes=dict(data.get("shapes", {})), scale=data.get("scale", ""),
+            cost={k: float(v) for k, v in data.get("cost", {}).items()},
         )
 
 

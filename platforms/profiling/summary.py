@@ -88,6 +88,8 @@ def summary_text(record: ProfileRecord, max_kernels: int = 4) -> str:
     lines = [f"Profile ({source}{where}): {CLASS_LABELS[record.bottleneck]}: {record.why}."]
     if record.reason:
         lines.append(f"(No hardware profile: {record.reason}.)")
+    if record.scale:
+        lines.append(f"Profiled at a reduced shape ({record.scale}): times and grids are at that shape.")
     duration = record.value(DURATION_NS)
     if duration is not None:
         lines.append(f"GPU time per forward: {duration / 1e3:.1f} µs.")
