@@ -26,12 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from fitness.channel import WorkerChannel
-from fitness.compare import compare
+from fitness.compare import Comparison, compare
 from fitness.lane import NoLane, TimingLane
 from fitness.prepared import PreparedProblem, Variant
 from fitness.probes import Probe
 from fitness.profiling import profile_candidate
-from fitness.protocol import Answer, Call, Continue, Load, Refused, Reply, Stop, Time, TimedRun
+from fitness.protocol import Call, Load, Refused, Reply, Time
 from fitness.refusal import out_of_memory
 from fitness.result import EvalResult, Status
 from fitness.sandbox import WorkerGone, WorkerProcess
@@ -39,6 +39,7 @@ from fitness.screen import screen
 from fitness.settings import RELEASE_ABOVE, EvalSettings
 from fitness.sol import judged_again, needs_second_judgement, with_floor
 from fitness.timing_checks import handed_over, timer_disagrees, trusted_timing
+from fitness.window_judge import WindowJudge, set_aside_runs
 from platforms import Platform, get_platform
 from platforms.profiling import Profiler, profiler_for
 
@@ -284,27 +285,31 @@ class Evaluator:
         # Timed inputs are fresh too, and new for every run: a candidate that
         # recognises inputs it has seen must not answer them from a cache.
         base_seed = secrets.randbelow(2**30)
-        judged: list[int] = []
+        window = WindowJudge(base_seed, set_aside_runs(sum(self.main.output_bytes)), self._judge_run)
         with self.lane.exclusive():
             with self._timed("reference timing"):
                 self.reference_ms()  # timed with the device to itself, like the candidate
             started = time.monotonic()
-            reply, verdict, timed_worst = self._timed_window(base_seed, judged, n_checks)
+            reply = self._timed_window(window, n_checks)
             wall_s = time.monotonic() - started
-        if verdict is not None and verdict.status != "accepted":
-            run = judged[-1]
+        if window.set_aside:
+            with self.lane.shared():  # the runs set aside, judged with the device shared again
+                window.finish()
+        failure = window.failure()
+        if failure is not None:
+            run, verdict = failure
             return EvalResult(Status(verdict.status), f"timed run {run}: {verdict.reason}",
-                              max_abs_diff=verdict.max_abs_diff, checks=checks + len(judged) - 1, **base)
+                              max_abs_diff=verdict.max_abs_diff, checks=checks + window.checked - 1, **base)
         if isinstance(reply, Refused):
             return _refused(reply, "while timing: ", base)
         for part, seconds in reply.phases_s.items():  # the worker's own account, for breakdowns only
             self.walls[f"time: {part}"] += seconds
-        if not handed_over(reply, judged, n_checks):
+        if not handed_over(reply, window.judged, n_checks):
             self.channel.discard()
             return EvalResult(Status.FORBIDDEN, "the worker did not hand over the timed runs it had to",
                               checks=checks, **base)
-        checks += len(judged)
-        worst = max(worst, timed_worst)
+        checks += len(window.judged)
+        worst = max(worst, window.worst())
         problem = timer_disagrees(reply.runs_ms, reply.wall_ms, wall_s)
         if problem:
             self.channel.discard()
@@ -313,30 +318,21 @@ class Evaluator:
         return EvalResult(Status.ACCEPTED, "", max_abs_diff=worst, runtime_ms=timing.median_ms,
                           runtime_spread=timing.spread, reference_ms=self.reference_ms(), checks=checks, **base)
 
-    def _timed_window(self, base_seed: int, judged: list[int], checks: int) -> tuple[Reply, Any, float]:
-        """The worker's time step: (its final reply, the verdict on the last run it handed
-        over or None, the largest difference over the runs judged). Each checked run's
-        outputs arrive as the run ends; the worker waits while they are judged here, so it
-        keeps one run's outputs at a time. ``judged`` gets the run indices as they come.
-        A forged hand-over raises ``WorkerGone``."""
-        verdicts: list = []
-
-        def judge(handed: TimedRun, outputs: list) -> Answer:
-            if (not isinstance(handed, TimedRun) or (judged and handed.run <= judged[-1])
-                    or handed.seed != base_seed + handed.run):
-                raise WorkerGone(Status.FORBIDDEN, "the worker handed over a timed run on inputs it was not given")
-            judged.append(handed.run)
-            with self._timed("reference outputs"):
-                references = self.prepared.reference_outputs(self.main, handed.seed)
-            with self._timed("compare"):
-                verdicts.append(compare(outputs, references, self.cutoff))
-            return Continue() if verdicts[-1].status == "accepted" else Stop()
-
-        step = Time(base_seed, secrets.randbits(64), checks, self.main.output_bytes,
+    def _timed_window(self, window: WindowJudge, checks: int) -> Reply:
+        """The worker's time step, its checked runs handed to ``window`` as they end (the
+        worker waits for the answer, so it keeps one run's outputs at a time); the step's
+        final reply. A forged hand-over raises ``WorkerGone``."""
+        step = Time(window.base_seed, secrets.randbits(64), checks, self.main.output_bytes,
                     dataclasses.asdict(self.prepared.timing))
-        reply, _ = self.channel.step(step, interim=judge)
-        worst = max((v.max_abs_diff for v in verdicts), default=0.0)
-        return reply, (verdicts[-1] if verdicts else None), worst
+        reply, _ = self.channel.step(step, interim=window.hand)
+        return reply
+
+    def _judge_run(self, seed: int, outputs: list) -> Comparison:
+        """One timed run's outputs against the reference's on the same inputs."""
+        with self._timed("reference outputs"):
+            references = self.prepared.reference_outputs(self.main, seed)
+        with self._timed("compare"):
+            return compare(outputs, references, self.cutoff)
 
     def profile(self, source: str, runtime_ms: float | None = None) -> dict[str, Any]:
         """The profile of candidate ``source`` (a parent), as ``ProfileRecord.to_dict()``.

@@ -38,6 +38,7 @@ from fitness.problem import (
 )
 from fitness.refusal import out_of_memory
 from fitness.settings import DEFAULT_MAX_ABS_DIFF, EvalSettings
+from fitness.window_judge import set_aside_runs
 from platforms import Platform, time_runs
 
 log = logging.getLogger(__name__)
@@ -61,8 +62,10 @@ class Variant:
 
     def judge_bytes(self) -> int:
         """The evaluator's side of one check: inputs, the reference's outputs and scratch,
-        and its copy of the candidate's outputs."""
-        return self.input_bytes + 2 * sum(self.output_bytes) + self.scratch_bytes
+        and its copy of the candidate's outputs, besides the timed runs' outputs it sets
+        aside to judge after the window (``fitness.window_judge``)."""
+        out = sum(self.output_bytes)
+        return self.input_bytes + (2 + set_aside_runs(out)) * out + self.scratch_bytes
 
     def worker_bytes(self, kept_outputs: int) -> int:
         """The worker's side: inputs and their clones, ``kept_outputs`` output sets, and

@@ -54,9 +54,9 @@ def _spy_on_time_steps(monkeypatch, evaluator):
     steps = []
     real = type(evaluator)._timed_window
 
-    def spy(self, base_seed, judged, checks):
-        reply = real(self, base_seed, judged, checks)
-        steps.append((checks, len(judged), len(reply[0].runs_ms) if hasattr(reply[0], "runs_ms") else None))
+    def spy(self, window, checks):
+        reply = real(self, window, checks)
+        steps.append((checks, len(window.judged), len(reply.runs_ms) if hasattr(reply, "runs_ms") else None))
         return reply
 
     monkeypatch.setattr(type(evaluator), "_timed_window", spy)
