@@ -14,7 +14,7 @@ Where the figures come from:
 
 - bytes: the sizes of the actual tensors at the problem's shapes and dtype,
   each piece of memory counted once within the inputs, within the parameters
-  and buffers, and within the outputs (``_size``: a tensor passed or returned
+  and buffers, and within the outputs (``distinct_bytes``: a tensor passed or returned
   twice counts once, a broadcast view no more than the memory under it);
   across the three nothing is deduplicated, so an output that is a view of
   an input counts as both (an in-place forward reads and writes it).
@@ -59,7 +59,7 @@ import dataclasses
 from typing import Any
 
 from fitness.problem import Problem, build_model, make_inputs
-from fitness.profiling import INIT_SEED, INPUT_SEED, declared_flops, tensors_in
+from fitness.profiling import INIT_SEED, INPUT_SEED, declared_flops, distinct_bytes, tensors_in
 from platforms.base import Platform
 from platforms.peaks import Peaks, achievable_peaks
 
@@ -155,7 +155,7 @@ def _count(problem: Problem, device: str, fake: bool) -> Work:
     declared = declared_flops(problem.module, problem.path)
     floating = [t for t in tensors_in(inputs) + weights if t.is_floating_point()]
     largest = max(floating, key=lambda t: t.numel() * t.element_size(), default=None)
-    return Work(_size(inputs), _size(weights), _size(outputs),
+    return Work(distinct_bytes(inputs), distinct_bytes(weights), distinct_bytes(outputs),
                 float(declared if declared is not None else counter.get_total_flops()),
                 "declared" if declared is not None else "counted",
                 str(largest.dtype).removeprefix("torch.") if largest is not None else "",
@@ -219,18 +219,6 @@ def _materialise(model: Any, device: str) -> None:
                     empty = torch.empty_like(tensor, device=device)
                     made[id(tensor)] = (tensor, torch.nn.Parameter(empty, tensor.requires_grad) if wrap else empty)
                 slots[name] = made[id(tensor)][1]
-
-
-def _size(value: Any) -> int:
-    """Bytes of the tensors in ``value``, each piece of memory once: the distinct views of one
-    storage add up, to at most the storage's size (a tensor listed twice is one view; an
-    expanded one is at most what it was expanded from)."""
-    storages: dict[int, tuple[int, dict[tuple, int]]] = {}
-    for t in tensors_in(value):
-        storage = t.untyped_storage()  # fake tensors have storages too: their views share one
-        _, views = storages.setdefault(storage._cdata, (storage.nbytes(), {}))
-        views[(t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)] = t.numel() * t.element_size()
-    return sum(min(nbytes, sum(views.values())) for nbytes, views in storages.values())
 
 
 def floor_of(work: Work, peaks: Peaks, tf32: bool = True) -> Floor:

@@ -78,10 +78,10 @@ def problem_work(problem_path: str | Path, shapes: dict[str, int] | None = None,
     except (RuntimeError, NotImplementedError, TypeError, ValueError) as exc:
         reason = f"the reference does not run on the meta device ({type(exc).__name__}: {str(exc)[:120]})"
         return ProblemWork(None, flops, "", reason)
-    tensors = tensors_in(inputs) + tensors_in(outputs) + list(model.parameters()) + list(model.buffers())
+    moved = distinct_bytes(inputs) + distinct_bytes(outputs) + distinct_bytes([*model.parameters(), *model.buffers()])
     largest = max(tensors_in(inputs), key=lambda t: t.numel() * t.element_size(), default=None)
     dtype = str(largest.dtype).removeprefix("torch.") if largest is not None else ""
-    return ProblemWork(sum(t.numel() * t.element_size() for t in tensors), flops, dtype)
+    return ProblemWork(moved, flops, dtype)
 
 
 def declared_flops(module: Any, path: str | Path) -> float | None:
@@ -95,6 +95,18 @@ def declared_flops(module: Any, path: str | Path) -> float | None:
         raise ProblemError(f"FLOPS in {path} must be a positive number (the FLOPs of one forward), "
                            f"not {value!r}")
     return float(value)
+
+
+def distinct_bytes(value: Any) -> int:
+    """Bytes of the tensors in ``value``, each piece of memory once: the distinct views of one
+    storage add up, to at most the storage's size (a tensor listed twice is one view; an
+    expanded one is at most what it was expanded from)."""
+    storages: dict[int, tuple[int, dict[tuple, int]]] = {}
+    for t in tensors_in(value):
+        storage = t.untyped_storage()  # fake tensors have storages too: their views share one
+        _, views = storages.setdefault(storage._cdata, (storage.nbytes(), {}))
+        views[(t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)] = t.numel() * t.element_size()
+    return sum(min(nbytes, sum(views.values())) for nbytes, views in storages.values())
 
 
 def tensors_in(value: Any) -> list:
