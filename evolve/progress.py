@@ -109,6 +109,11 @@ class SweepProgress(SweepObserver):
         self.console.print(f"kevo sweep: {outcome.name}: {outcome.status}, {best}"
                            + (f" ({outcome.reason})" if outcome.status != "finished" else ""), highlight=False)
 
+    def second_pass(self, shares: dict[str, int]) -> None:
+        given = ", ".join(f"{name} +{extra}" for name, extra in shares.items())
+        self.console.print(f"kevo sweep: second pass, the evaluations saved at the speed of light go to: {given}",
+                           highlight=False)
+
     def evaluators(self, usage: dict) -> None:
         nodes = usage["results_by_node"]
         where = f" on {len(nodes)} Ray node(s)" if nodes else ""

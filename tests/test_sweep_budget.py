@@ -200,6 +200,8 @@ def test_a_sweep_killed_in_its_second_pass_finishes_it_with_nothing_redone_or_gr
     assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(30)
+    told = proc.stderr.read().decode()
+    assert f"second pass, the evaluations saved at the speed of light go to: {HEADROOM_RUN} +5" in told
     assert not (sweep_dir / SUMMARY_FILE).exists()
     first = [(r.id, r.source_hash) for r in rows(sweep_dir / HEADROOM_RUN)]
     assert 6 < len(first) < 11  # killed with the second pass under way
