@@ -201,10 +201,13 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_seed(args: argparse.Namespace) -> int:
-    from evolve.capture.seed import SeedError, compile_seed, describe
+    from evolve.capture.seed import SeedError, compile_seed, describe, write_seeds
 
     _read(args.problem, "problem file")
     try:
+        if args.all:  # one file per distinct program of Inductor's configurations, in the folder -o names
+            print("\n".join(f"kevo seed: {line}" for line in write_seeds(args.problem, args.output)), file=sys.stderr)
+            return 0
         seed = compile_seed(args.problem)
     except SeedError as exc:
         raise UsageError(str(exc)) from None
@@ -348,7 +351,8 @@ def build_parser() -> argparse.ArgumentParser:
     seed = sub.add_parser("seed", help="write a seed kernel from the Triton that torch.compile generates (GPU)")
     seed.add_argument("problem", metavar="PROBLEM.py")
     seed.add_argument("-o", "--output", metavar="SEED.py", default=None,
-                      help="write the candidate file here (default: stdout)")
+                      help="write the candidate file here (default: stdout); with --all, a folder")
+    seed.add_argument("--all", action="store_true", help="a seed per Inductor configuration, into the folder -o names")
     seed.set_defaults(func=cmd_seed)
 
     extract = sub.add_parser("extract", help="a whole model's hot regions as problem files, a sweep and a manifest")

@@ -239,20 +239,25 @@ def _read_seeds(config: Config, run_dir: Path | None = None) -> list[str]:
     """The seeds' sources; for ``seeds: compile``, written from torch.compile's Triton now (and,
     with ``run_dir``, kept there with what Inductor wrote)."""
     if config.problem.compile_seed:
-        from evolve.capture.seed import SeedError, compile_seed
+        from evolve.capture.seed import SeedError, compile_seeds
 
         problem = config.problem
-        try:
-            seed = compile_seed(problem.reference, shapes=dict(problem.shapes), dtype=problem.dtype)
+        try:  # one seed per distinct program of Inductor's configurations; the first is compile_seed's
+            seeds = compile_seeds(problem.reference, shapes=dict(problem.shapes), dtype=problem.dtype)
         except SeedError as exc:
             raise NoSeed(f"seeds: compile: {exc}") from None
-        log.info("seed: %d Triton kernel(s) from torch.compile (%s ms; eager %s ms): %s", len(seed.kernels),
-                 _ms(seed.compiled_ms), _ms(seed.eager_ms), ", ".join(seed.kernels))
+        for seed in seeds:
+            log.info("seed (Inductor configuration %s): %d Triton kernel(s) from torch.compile (%s ms; eager %s ms): "
+                     "%s", seed.variant, len(seed.kernels), _ms(seed.compiled_ms), _ms(seed.eager_ms),
+                     ", ".join(seed.kernels))
         if run_dir is not None:
             run_dir.mkdir(parents=True, exist_ok=True)
-            (run_dir / COMPILED_SEED_FILE).write_text(seed.source, encoding="utf-8")
-            (run_dir / RECORDING_FILE).write_text(json.dumps(seed.recording), encoding="utf-8")
-        return [seed.source]
+            (run_dir / COMPILED_SEED_FILE).write_text(seeds[0].source, encoding="utf-8")
+            (run_dir / RECORDING_FILE).write_text(json.dumps(seeds[0].recording), encoding="utf-8")
+            for seed in seeds[1:]:  # seed_from_compile.looped_reductions.py, ...
+                (run_dir / COMPILED_SEED_FILE.replace(".py", f".{seed.variant}.py")).write_text(seed.source,
+                                                                                                 encoding="utf-8")
+        return [seed.source for seed in seeds]
     try:
         return [path.read_text(encoding="utf-8") for path in config.problem.seeds]
     except OSError as exc:

@@ -19,6 +19,23 @@ problem's inputs, and returns a *recording*: a JSON-able dict with
 ``operators.seeds.convert`` turns a recording into a candidate file; the
 recordings under ``tests/fixtures/inductor/`` were made with this function, so
 the conversion is tested on machines without a GPU.
+
+``variant`` names one of ``VARIANTS``: the Inductor configuration the capture
+is made under (persistent or looped reductions, split reductions off,
+coordinate-descent tuning, max-autotune with its Triton GEMM and convolution
+templates), recorded as ``entry["variant"]`` and ``entry["inductor_config"]``;
+``evolve.capture.seed.compile_seeds`` captures a problem under each and keeps
+the distinct programs.
+
+``device="cpu"`` compiles with Inductor's Triton backend for the CPU
+(``cpu_backend="triton"``) and runs its kernels under Triton's interpreter
+(``_cpu_triton``): real Inductor output, templates and their autotuning
+included, made without a GPU. Its heuristics are the CPU's (two "SMs" on a
+two-core machine: splits and block sizes differ from a GPU's); its
+kernels' autotuners launch their first config (no pick is recorded), while
+max-autotune's template benchmark runs, under the interpreter. kevo's CPU
+fixtures of the configuration variants (``tests/fixtures/seed_variants/``) are
+made this way; ``kevo seed`` itself still asks for a GPU.
 """
 
 from __future__ import annotations
@@ -32,6 +49,21 @@ from typing import Any
 
 from fitness.problem import build_model, load_problem, make_inputs
 from platforms import get_platform, time_runs
+
+#: Inductor configurations a problem is captured under, in the order seeds are offered:
+#: name -> ``torch._inductor.config`` settings. Each seed is named by its configuration.
+#: A configuration that only moves numbers (coordinate descent picks other blocks and
+#: warps) gives a duplicate where the program is the same, and is dropped then.
+_TEMPLATES = {"max_autotune": True, "max_autotune_gemm_backends": "TRITON", "max_autotune_conv_backends": "TRITON"}
+VARIANTS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "looped_reductions": {"triton.persistent_reductions": False},
+    "no_split_reductions": {"split_reductions": False},
+    "coordinate_descent": {"coordinate_descent_tuning": True},
+    "max_autotune": _TEMPLATES,
+}
+#: ``capture``'s older ``mode`` names, and the variant each is.
+MODES = {"max-autotune-triton": "max_autotune"}
 
 
 def _config_dict(config: Any) -> dict[str, Any]:
@@ -110,29 +142,84 @@ def _protocol_ms(forward: Any, inputs: Any) -> float:
 
 
 def capture(path: str | Path, device: str = "cuda", mode: str | None = None, time_it: bool = True,
-            shapes: dict[str, int] | None = None, dtype: str | None = None) -> dict[str, Any]:
+            shapes: dict[str, int] | None = None, dtype: str | None = None,
+            variant: str | None = None) -> dict[str, Any]:
     """The recording of Inductor's output for the problem at ``path`` (see the module doc),
-    compiled and run at the problem's own shapes or ``shapes`` (and ``dtype``, if given).
+    compiled and run at the problem's own shapes or ``shapes`` (and ``dtype``, if given),
+    under the Inductor configuration ``variant`` (a name of ``VARIANTS``; "default" if None).
 
     Every dimension of the inputs, parameters and buffers is first marked dynamic
     outright; where the model's own code fixes one (``nn.LayerNorm`` passes its
-    ``normalized_shape`` as Python ints), Dynamo refuses, and the capture is made
+    ``normalized_shape`` as Python ints) or Inductor's lowering does (a
+    convolution template's weight sizes), Dynamo refuses, and the capture is made
     again with the marks as hints, so that such dimensions are constants in the
     code (``entry["static_dims"]`` is then True: the seed holds at those sizes only).
 
-    ``mode="max-autotune-triton"`` lets Inductor benchmark its Triton templates
-    for matmuls and convolutions instead of calling an extern library. Raises
-    whatever compiling or running raises; the caller words it.
+    ``mode="max-autotune-triton"`` (the variant "max_autotune") lets Inductor
+    benchmark its Triton templates for matmuls and convolutions instead of
+    calling an extern library. Raises whatever compiling or running raises;
+    the caller words it.
     """
-    if mode not in (None, "max-autotune-triton"):
-        raise ValueError(f"unknown capture mode {mode!r} (known: max-autotune-triton)")
+    if mode not in (None, *MODES):
+        raise ValueError(f"unknown capture mode {mode!r} (known: {', '.join(MODES)})")
+    if mode is not None and variant not in (None, MODES[mode]):
+        raise ValueError(f"capture mode {mode!r} is the variant {MODES[mode]!r}, not {variant!r}")
+    variant = variant or (MODES[mode] if mode else "default")
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown Inductor configuration {variant!r} (known: {', '.join(VARIANTS)})")
+    mode = next((m for m, v in MODES.items() if v == variant), None)
+    time_it = time_it and device != "cpu"  # interpreted kernels: no figure worth keeping (nor a driver to time on)
+    with _cpu_triton() if device == "cpu" else contextlib.nullcontext():
+        try:
+            with _quiet("torch._guards", "torch._dynamo", "torch.fx.experimental.symbolic_shapes"):
+                return _capture(Path(path), device, mode, time_it, shapes, dtype, variant, strict=True)
+        except Exception as exc:
+            if "ConstraintViolation" not in type(exc).__name__ and "specialized it to be a constant" not in str(exc):
+                raise
+        return _capture(Path(path), device, mode, time_it, shapes, dtype, variant, strict=False)
+
+
+#: What Inductor's Triton backend for the CPU needs set while it compiles (see ``_cpu_triton``).
+_CPU_TRITON = {"cpu_backend": "triton",
+               # torch 2.13's CPU path writes the module of a fusion benchmark with a misplaced
+               # indented import (IndentationError); max-autotune turns those benchmarks on
+               "benchmark_epilogue_fusion": False, "benchmark_fusion": False}
+
+
+@contextlib.contextmanager
+def _cpu_triton() -> Iterator[None]:
+    """Inductor's Triton code for CPU tensors, its kernels run by Triton's interpreter.
+
+    The interpreter is the CPU platform's (``TRITON_INTERPRET=1`` and its
+    libdevice). Triton reads that variable as it defines its own jit functions
+    (``tl.sum``, Inductor's helpers), so it must be in the environment before
+    Triton is first imported, as a CPU worker's is (``tests/fixtures/seed_variants/
+    record.py`` sets it first thing); without it the interpreted kernels fail
+    calling them, and the capture is refused here with that said. Triton has no
+    active driver on the CPU, so the backend hash Inductor stamps on each kernel
+    (``torch.utils._triton.triton_hash_with_backend``, which asks the driver) is
+    a fixed name instead, restored on the way out.
+    """
+    import os
+    import warnings
+
+    platform = get_platform("cpu")
+    interpret = platform.worker_env.get("TRITON_INTERPRET", "1")
+    if os.environ.get("TRITON_INTERPRET") != interpret:
+        raise RuntimeError("a CPU capture runs Inductor's Triton kernels under Triton's interpreter: start the "
+                           f"process with TRITON_INTERPRET={interpret} (it must be set before Triton is imported)")
+    import torch.utils._triton as torch_triton
+    from torch._inductor import config as inductor_config
+
+    platform.worker_setup()
+    saved_hash = torch_triton.triton_hash_with_backend
+    torch_triton.triton_hash_with_backend = lambda: "TRITON-INTERPRETER"
     try:
-        with _quiet("torch._guards", "torch._dynamo", "torch.fx.experimental.symbolic_shapes"):
-            return _capture(Path(path), device, mode, time_it, shapes, dtype, strict=True)
-    except Exception as exc:
-        if "ConstraintViolation" not in type(exc).__name__ and "specialized it to be a constant" not in str(exc):
-            raise
-    return _capture(Path(path), device, mode, time_it, shapes, dtype, strict=False)
+        with warnings.catch_warnings(), inductor_config.patch(_CPU_TRITON):
+            warnings.filterwarnings("ignore", message="Could not find an active CPU backend")
+            yield
+    finally:
+        torch_triton.triton_hash_with_backend = saved_hash
 
 
 def _size_oblivious(fx_config: Any) -> dict[str, bool]:
@@ -157,7 +244,7 @@ def _quiet(*names: str) -> Iterator[None]:
 
 
 def _capture(path: Path, device: str, mode: str | None, time_it: bool, shapes: dict[str, int] | None,
-             dtype: str | None, strict: bool) -> dict[str, Any]:
+             dtype: str | None, variant: str, strict: bool) -> dict[str, Any]:
     import torch
     import torch.fx.experimental._config as fx_config
     import triton
@@ -190,13 +277,12 @@ def _capture(path: Path, device: str, mode: str | None, time_it: bool, shapes: d
 
     # compile in this process: kernels built in a compile worker reach us pickled, and
     # their autotuning (the config picked) would not be seen here
-    patches: dict[str, Any] = {"compile_threads": 1}
-    if mode == "max-autotune-triton":
-        patches = {**patches, "max_autotune": True, "max_autotune_gemm_backends": "TRITON",
-                   "max_autotune_conv_backends": "TRITON"}
+    patches: dict[str, Any] = {"compile_threads": 1, **VARIANTS[variant]}
     compiled = torch.compile(model, dynamic=True, backend=backend)
-    entry: dict[str, Any] = {"problem": path.stem, "mode": mode, "shapes": dict(shapes or {}),
-                             "static_dims": not strict, "torch": torch.__version__, "triton": triton.__version__}
+    entry: dict[str, Any] = {"problem": path.stem, "mode": mode, "variant": variant,
+                             "inductor_config": dict(VARIANTS[variant]), "device": device,
+                             "shapes": dict(shapes or {}), "static_dims": not strict,
+                             "torch": torch.__version__, "triton": triton.__version__}
     started = time.perf_counter()
     with (_autotuners_made() as tuners, torch.no_grad(), inductor_config.patch(patches),
           torch._dynamo.config.patch(force_parameter_static_shapes=False,

@@ -7,6 +7,30 @@ Inductor hands to an extern library (cuBLAS, cuDNN) is captured again with
 its max-autotune Triton templates; where that still calls the library, or
 the code holds anything but Triton kernels, the problem gets no seed and
 ``SeedError`` says why in one line.
+
+``compile_seeds(problem_path)`` captures the problem under each of Inductor's
+configurations in ``evolve.capture.inductor.VARIANTS`` (persistent against
+looped reductions, split reductions off, coordinate-descent tuning,
+max-autotune with its Triton GEMM and convolution templates), converts each,
+and keeps one seed per distinct program (``operators.seeds.variants``: equal
+up to tunable numbers, the first configuration in that order keeps it). Each
+seed is named by its configuration, in its header and in
+``CompiledSeed.variant``. A configuration that cannot change what the default
+wrote is not captured (looped reductions without a persistent reduction, split
+reductions off without a reduction); one whose capture or conversion fails is
+left out, its reason kept in ``CompiledSeed.skipped`` of the first seed.
+``kevo seed --all`` and ``problem.seeds: compile`` start from all of them.
+
+Convolutions come from the max-autotune configuration, through Inductor's
+Triton convolution template (``operators.seeds.template``), where its
+benchmark picks the template over a 1x1 convolution's extern matmul; such a
+seed holds at the weight sizes it was compiled for (Inductor fixes them).
+What Inductor writes for a GPU is only seen on a GPU: kevo's tests convert
+recordings made on the CPU (``device="cpu"``, Inductor's Triton backend for
+the CPU under the interpreter; ``tests/fixtures/seed_variants/``), whose
+heuristics, splits and autotuning differ from a GPU's. The GPU recordings of
+the templates (``tests/fixtures/inductor/``) hold a matmul only: a
+convolution template captured on a GPU has not been converted and judged yet.
 """
 
 from __future__ import annotations
@@ -34,8 +58,15 @@ class CompiledSeed:
     eager_ms: float | None
     compiled_ms: float | None
     recording: dict[str, Any]  # what Inductor wrote (evolve.capture.inductor), kept with a run
+    variant: str = "default"  # the Inductor configuration it came from (evolve.capture.inductor.VARIANTS)
+    duplicates: tuple[str, ...] = ()  # configurations that wrote the same program, dropped for this one
+    skipped: tuple[tuple[str, str], ...] = ()  # (configuration, why it gave no seed), on compile_seeds' first
 
 
+def _seed(recording: dict[str, Any], source: str, mode: str | None, variant: str) -> CompiledSeed:
+    kernels = sorted((recording.get("kernels") or {}).keys())
+    return CompiledSeed(source, [k for k in kernels if k in source], mode, recording.get("eager_ms"),
+                        recording.get("compiled_ms"), recording, variant)
 
 
 def compile_seed(problem_path: str | Path, device: str = "cuda", shapes: dict[str, int] | None = None,
@@ -69,10 +100,79 @@ def compile_seed(problem_path: str | Path, device: str = "cuda", shapes: dict[st
             raise SeedError(f"{problem_path.name}: no Triton-only seed: {first or exc}") from None
         except ConversionError as exc:
             raise SeedError(f"{problem_path.name}: cannot turn Inductor's code into a seed: {exc}") from None
-        kernels = sorted((recording.get("kernels") or {}).keys())
-        return CompiledSeed(source, [k for k in kernels if k in source], mode,
-                            recording.get("eager_ms"), recording.get("compiled_ms"), recording)
+        return _seed(recording, source, mode, "max_autotune" if mode else "default")
     raise SeedError(f"{problem_path.name}: no Triton-only seed: {first}")
+
+
+def compile_seeds(problem_path: str | Path, device: str = "cuda", shapes: dict[str, int] | None = None,
+                  dtype: str | None = None, variants: list[str] | None = None) -> list[CompiledSeed]:
+    """One seed per distinct program Inductor writes for the problem under ``variants`` (all of
+    ``VARIANTS`` if None, in that order), on ``device`` (see the module doc); where ``compile_seed``
+    gives a seed, the first is that one. ``SeedError`` if none. ``device="cpu"`` captures Inductor's Triton
+    backend for the CPU under the interpreter (the process needs ``TRITON_INTERPRET=1`` from its start)."""
+    from evolve.capture.inductor import VARIANTS, capture
+
+    from operators.seeds.variants import distinct
+
+    problem_path = Path(problem_path)
+    try:
+        problem_source = problem_path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SeedError(f"cannot read problem file {problem_path}: {exc.strerror}") from None
+    names = list(variants or VARIANTS)
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown:
+        raise SeedError(f"unknown Inductor configuration(s) {', '.join(unknown)} (known: {', '.join(VARIANTS)})")
+    if device != "cpu":
+        _require_gpu(device)
+    seeds: list[CompiledSeed] = []
+    skipped: list[tuple[str, str]] = []
+    first_code: str | None = None  # what the default configuration wrote, once captured
+    for name in names:
+        why_not = _cannot_change(name, first_code)
+        if why_not:
+            skipped.append((name, why_not))
+            continue
+        try:
+            recording = capture(problem_path, device=device, shapes=shapes, dtype=dtype, variant=name)
+        except Exception as exc:  # compiling the user's model: any error is the problem's
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+            skipped.append((name, f"torch.compile failed: {type(exc).__name__}: {reason}"))
+            continue
+        finally:
+            _release(device)
+        if name == "default":
+            first_code = "\n".join(recording.get("codes") or [])
+        try:
+            source = seed_source(recording, problem_source)
+        except ConversionError as exc:
+            kind = "no Triton-only seed" if isinstance(exc, NotTritonOnly) else "cannot turn its code into a seed"
+            skipped.append((name, f"{kind}: {exc}"))
+            continue
+        seeds.append(_seed(recording, source, recording.get("mode"), name))
+    if not seeds:
+        raise SeedError(f"{problem_path.name}: no seed from any Inductor configuration: "
+                        + "; ".join(f"{name}: {why}" for name, why in skipped))
+    kept = distinct(seeds, lambda s: s.source, lambda s: s.variant)
+    out = [dataclasses.replace(seed, duplicates=tuple(dropped)) for seed, dropped in kept]
+    out[0] = dataclasses.replace(out[0], skipped=tuple(skipped))
+    for name, why in skipped:
+        log.info("seed: %s: %s: %s", problem_path.name, name, why)
+    return out
+
+
+def _cannot_change(variant: str, default_code: str | None) -> str:
+    """Why capturing ``variant`` could not give a program the default capture did not ("" if it could)."""
+    if default_code is None or variant == "max_autotune":
+        return ""
+    if "extern_kernels." in default_code:
+        return "not captured: the default code calls an extern library, which only max-autotune's templates replace"
+    if variant == "looped_reductions" and "triton_heuristics.persistent_reduction(" not in default_code:
+        return "not captured: the default code has no persistent reduction to loop"
+    if variant == "no_split_reductions" and "triton_heuristics.reduction(" not in default_code \
+            and "triton_heuristics.persistent_reduction(" not in default_code:
+        return "not captured: the default code has no reduction to split"
+    return ""
 
 
 def _require_gpu(device: str) -> None:
@@ -99,3 +199,30 @@ def describe(seed: CompiledSeed, output: Any) -> str:
               "these shapes only") if seed.recording.get("static_dims") else ""
     return (f"wrote {output}: {len(seed.kernels)} Triton kernel(s) from torch.compile{how}: "
             f"{', '.join(seed.kernels)}{timing}{static}")
+
+
+def describe_variant(seed: CompiledSeed, output: Any) -> str:
+    """One line on one seed of ``compile_seeds``: its configuration, kernels and the duplicates it stands for."""
+    same = f"; the same program as {', '.join(seed.duplicates)}" if seed.duplicates else ""
+    timing = f"; torch.compile ran {seed.compiled_ms:.4g} ms" if seed.compiled_ms else ""
+    return (f"wrote {output}: Inductor configuration {seed.variant}: {len(seed.kernels)} Triton kernel(s): "
+            f"{', '.join(seed.kernels)}{timing}{same}")
+
+
+def write_seeds(problem_path: str | Path, folder: str | Path | None) -> list[str]:
+    """``kevo seed --all -o DIR``: ``compile_seeds``' seeds written to ``DIR/CONFIGURATION.py``; the
+    lines to show (one per seed, then one per configuration that gave none). ``SeedError`` if none."""
+    if folder is None:
+        raise SeedError("kevo seed --all writes one file per Inductor configuration: name a folder with -o DIR")
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise SeedError(f"kevo seed --all: {folder} is a file; -o names a folder")
+    seeds = compile_seeds(problem_path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        for seed in seeds:
+            (folder / f"{seed.variant}.py").write_text(seed.source, encoding="utf-8")
+    except OSError as exc:
+        raise SeedError(f"cannot write into {folder}: {exc.strerror}") from None
+    return ([describe_variant(seed, folder / f"{seed.variant}.py") for seed in seeds]
+            + [f"no seed from {name}: {why}" for name, why in seeds[0].skipped])

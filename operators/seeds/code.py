@@ -2,19 +2,20 @@
 
 The first half of ``operators.seeds.convert``: ``_Kernel`` reads one kernel of a
 recording (its function, heuristics kind, grid type and the config to launch it
-with; a max-autotune matmul template gets its tiles made launch parameters),
-and ``_CallRewriter`` turns Inductor's ``call()`` into plain PyTorch
-allocations and ``kernel[grid](...)`` launches. Copying the runtime helpers the
-kernels call is ``operators.seeds.helpers``.
+with; a max-autotune template, matmul or convolution, gets its tiles made
+launch parameters by ``operators.seeds.template``), and ``_CallRewriter``
+turns Inductor's ``call()`` into plain PyTorch allocations and
+``kernel[grid](...)`` launches. Copying the runtime helpers the kernels call
+is ``operators.seeds.helpers``.
 """
 
 from __future__ import annotations
 
 import ast
-import re
 from typing import Any
 
 from operators.seeds.index import launch_flag, spill_y_into_z, widen
+from operators.seeds.template import Template, TemplateError, read_template
 
 #: The seed's function that does what Inductor's call() did.
 CALL_FUNCTION = "_inductor_call"
@@ -47,6 +48,7 @@ class _Kernel:
         self.kind, self.meta, self.size_hints, self.signature = _heuristics(self.function, name)
         self.grid_type = self.meta.get("grid_type", "Grid1D")
         self.grid_args: list[str] = []  # a template's grid, passed after its arguments
+        self.template: Template | None = None
         if self.kind == "template":
             recorded = self._template()
         args = self.function.args
@@ -102,45 +104,14 @@ class _Kernel:
         return {"kwargs": kwargs, "num_warps": 8 if total >= 2048 else 4, "num_stages": 1}
 
     def _template(self) -> dict[str, Any]:
-        """A max-autotune template (a Triton matmul): its block sizes made launch parameters.
-
-        Inductor bakes a template's config into its body (``BLOCK_M : tl.constexpr = 128``)
-        and computes its one-dimensional grid in call(). Where the body is the matmul
-        template (``grid_m = (M + BLOCK_M - 1) // BLOCK_M``, the same for ``N``), the blocks
-        become ``tl.constexpr`` parameters and the grid is computed from them, so they can
-        be tuned; any other template is refused.
-        """
-        if self.grid_type != "FixedGrid" or not self.meta.get("extra_launcher_args"):
-            raise ConversionError(f"{self.name}: a template with grid {self.grid_type!r} is not supported")
+        """A max-autotune template (a Triton matmul or convolution): its block sizes made launch
+        parameters and its grid computed from them (``operators.seeds.template``)."""
+        try:
+            self.template = read_template(self.name, self.function, self.meta)
+        except TemplateError as exc:
+            raise ConversionError(str(exc)) from None
         self.grid_args = list(self.meta["extra_launcher_args"])
-        body = self.function.body
-        blocks: dict[str, int] = {}
-        kept = []
-        for statement in body:
-            if (isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name)
-                    and _is_constexpr(statement.annotation) and statement.target.id.startswith("BLOCK_")
-                    and isinstance(statement.value, ast.Constant) and type(statement.value.value) is int):
-                blocks[statement.target.id] = statement.value.value
-            else:
-                kept.append(statement)
-        text = ast.unparse(self.function)
-        sizes = {}
-        for axis in ("M", "N"):
-            found = re.search(rf"^\s*{axis} = (\w+)$", text, re.MULTILINE)
-            if found is None or f"grid_{axis.lower()} = ({axis} + BLOCK_{axis} - 1) // BLOCK_{axis}" not in text:
-                raise ConversionError(f"{self.name}: a Triton template other than Inductor's matmul")
-            sizes[axis] = found.group(1)
-        if "tl.program_id(1)" in text or "tl.program_id(2)" in text or not {"BLOCK_M", "BLOCK_N"} <= set(blocks):
-            raise ConversionError(f"{self.name}: a Triton template other than Inductor's matmul")
-        self.template_sizes = sizes  # the parameters holding M and N
-        self.function.body = kept
-        for name in blocks:
-            self.function.args.args.append(ast.arg(name, ast.parse("tl.constexpr", mode="eval").body))
-        options = {k.arg: ast.literal_eval(k.value) for d in self.function.decorator_list if isinstance(d, ast.Call)
-                   for k in d.keywords if k.arg in ("num_warps", "num_stages")}
-        chosen = {"kwargs": blocks, "num_warps": int(options.get("num_warps", 4)),
-                  "num_stages": int(options.get("num_stages", 1))}
-        return {"chosen": chosen, "configs": [chosen]}
+        return {"chosen": self.template.chosen, "configs": [self.template.chosen]}
 
     def runtime_params(self) -> list[str]:
         """The parameters ``.run(...)`` passes positionally (not set by the config)."""
@@ -314,10 +285,8 @@ class _CallRewriter(ast.NodeTransformer):
         keywords.append(launch_flag([ast.unparse(a) for a in call.args], numels))
         keywords.append(f"num_warps={kernel.chosen['num_warps']}")
         keywords.append(f"num_stages={kernel.chosen['num_stages']}")
-        if kernel.grid_args:
-            sizes = kernel.template_sizes
-            grid = (f"(triton.cdiv({bound[sizes['M']]}, {blocks['BLOCK_M']}) * "
-                    f"triton.cdiv({bound[sizes['N']]}, {blocks['BLOCK_N']}),)")
+        if kernel.template is not None:
+            grid = kernel.template.grid(bound, blocks)
         else:
             grid = _grid(kernel, bound, blocks)
         args = ", ".join(ast.unparse(a) for a in call.args)

@@ -25,9 +25,15 @@ file's text, and writes a standalone KernelBench candidate:
   the seed is written at one shape and judged at others, past 2**31 elements
   too, where Inductor would have compiled its 64-bit variant behind a guard.
 
-A max-autotune matmul template (what Inductor writes for a matmul when told
-not to call cuBLAS) gets its tile sizes, which Inductor bakes into its body,
-made launch parameters, and its grid computed from them.
+A max-autotune template (what Inductor writes for a matmul or a convolution
+when told not to call cuBLAS or cuDNN) gets its tile sizes, which Inductor
+bakes into its body, made launch parameters, and its grid computed from them
+(``operators.seeds.template``; a convolution holds at the weight sizes it was
+compiled for, and its header says so).
+
+The header names the Inductor configuration the recording was made under
+(``operators.seeds.variants``), so seeds of one problem from several
+configurations can be told apart.
 
 Reading the recorded kernels and call() is ``operators.seeds.code``, copying
 the helpers ``operators.seeds.helpers``; this module assembles the file.
@@ -41,12 +47,14 @@ from __future__ import annotations
 
 import ast
 import re
+import textwrap
 from typing import Any
 
 from operators.seeds.code import (CALL_FUNCTION, ConversionError, NotTritonOnly, _call_function,
                                      _CallRewriter, _Kernel, _kernel_sources)
 from operators.seeds.helpers import _helper_code, _HelperRenamer, _helpers_used
 from operators.seeds.index import index_helper_source
+from operators.seeds.variants import configuration_line
 from operators.space import Kind, default_choices
 
 __all__ = ["CALL_FUNCTION", "ConversionError", "NotTritonOnly", "seed_source"]
@@ -204,13 +212,18 @@ def seed_source(recording: dict[str, Any], problem_source: str) -> str:
     ast.fix_missing_locations(function)
     helpers = _helpers_used([k.function for k in launched])
     renamer = _HelperRenamer(set(helpers), set(), in_helper=False)
+    fixed = [k.template.fixed for k in launched if k.template is not None and k.template.fixed]
     parts = [
         f'"""Seed for {recording.get("problem", "the problem")}: the Triton kernels torch.compile\'s Inductor '
         f'wrote for it\n(torch {recording.get("torch", "?")}, Triton {recording.get("triton", "?")}), '
-        'turned into a standalone candidate by kevo seed."""'
+        'turned into a standalone candidate by kevo seed.\n\n'
+        + textwrap.fill(configuration_line(recording), 100) + '\n"""'
         + ("\n\n# Some sizes of this problem are constants in Inductor's code (the model's own code fixes "
-           "them, as\n# nn.LayerNorm's normalized_shape does): the seed holds at the shapes it was written "
-           "at only." if recording.get("static_dims") else ""),
+           "them, as\n# nn.LayerNorm's normalized_shape does, or Inductor's lowering, as a convolution's "
+           "weight sizes):\n# the seed holds at the shapes it was written at only."
+           if recording.get("static_dims") else "")
+        + "".join("\n\n" + textwrap.fill(note + ".", 100, initial_indent="# ", subsequent_indent="# ")
+                  for note in dict.fromkeys(fixed)),
         "import torch\nimport torch.nn as nn\nimport triton\nimport triton.language as tl\n"
         "import triton.language.extra.libdevice as libdevice\n\ntl_math = tl.math",
         "KEVO_SPACE = " + _format_space(_space([kernels[name] for name in rewriter.launched])),

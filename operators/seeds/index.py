@@ -10,9 +10,12 @@ kernel, chosen at each launch:
 - the kernel takes ``INDEX_64: tl.constexpr``; where it is true, its program
   ids and integer size arguments (``ks0``, a template's ``M``/``N``/``K``) are
   made ``tl.int64`` first, so every index computed from them is 64-bit, in
-  persistent and looped reductions (``r0_index``, ``rindex``) alike; where it is
-  false, the kernel is Inductor's 32-bit code unchanged (64-bit index arithmetic
-  costs registers and integer divisions on small problems);
+  persistent and looped reductions (``r0_index``, ``rindex``) alike, and an
+  index Inductor casts to its index type (``(r0_1 + x0*ks0).to(tl.int32)``, a
+  split reduction's bound check) is cast to ``tl.int64`` instead, as Inductor's
+  64-bit variant writes it; where it is false, the kernel is Inductor's 32-bit
+  code unchanged (64-bit index arithmetic costs registers and integer
+  divisions on small problems);
 - the launch passes ``INDEX_64=_index_64(arguments, numels)``, Inductor's own
   rule evaluated on the real arguments: 64-bit where a tensor argument spans
   more than 2**31 - 1 elements, an integer argument exceeds it, or the
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 
 #: The constexpr parameter a converted kernel takes for its index width.
 INDEX_FLAG = "INDEX_64"
@@ -132,7 +136,27 @@ class _ProgramIds(ast.NodeTransformer):
         self.generic_visit(node)
         if _is_program_id(node):
             return ast.parse(f"{ast.unparse(node)}.to({_WIDE})", mode="eval").body
+        if isinstance(node.func, ast.Attribute) and node.func.attr == "to" and len(node.args) == 1 \
+                and not node.keywords and ast.unparse(node.args[0]) == "tl.int32" and _is_index(node.func.value):
+            node.args = [ast.parse(_WIDE, mode="eval").body]
         return node
+
+
+#: Inductor's names for indices, offsets, numels and size arguments (``x0``, ``r0_1``, ``xindex``, ``ks0``).
+_INDEX_NAME = re.compile(r"(?:[xyz]|r\d*_?)\d*|(?:[xyz]|r\d*_?)(?:index|offset|numel)|ks\d+")
+
+
+def _is_index(node: ast.expr) -> bool:
+    """Whether ``node`` is integer arithmetic over Inductor's index names and literals alone."""
+    if isinstance(node, ast.Name):
+        return _INDEX_NAME.fullmatch(node.id) is not None
+    if isinstance(node, ast.Constant):
+        return type(node.value) is int
+    if isinstance(node, ast.BinOp):
+        return _is_index(node.left) and _is_index(node.right)
+    if isinstance(node, ast.UnaryOp):
+        return _is_index(node.operand)
+    return False
 
 
 def _is_program_id(node: ast.AST) -> bool:
