@@ -246,6 +246,11 @@ def _read_seeds(config: Config, run_dir: Path | None = None) -> list[str]:
             seeds = compile_seeds(problem.reference, shapes=dict(problem.shapes), dtype=problem.dtype)
         except SeedError as exc:
             raise NoSeed(f"seeds: compile: {exc}") from None
+        budget = config.search.max_evaluations  # the seeds are evaluated within it
+        if len(seeds) > budget:
+            log.warning("seeds: compile: %d distinct seeds, but search.max_evaluations is %d: the seeds of %s are "
+                        "left out", len(seeds), budget, ", ".join(seed.variant for seed in seeds[budget:]))
+            seeds = seeds[:budget]
         for seed in seeds:
             log.info("seed (Inductor configuration %s): %d Triton kernel(s) from torch.compile (%s ms; eager %s ms): "
                      "%s", seed.variant, len(seed.kernels), _ms(seed.compiled_ms), _ms(seed.eager_ms),
