@@ -34,7 +34,8 @@ from typing import Any
 
 from evolve.capture.manifest import CaptureError, Manifest, RegionEntry, read_manifest
 from evolve.capture.model import Captured, Key, capture, time_forward
-from evolve.capture.regions import NotWritable, bind_state, describe, region_spec
+from evolve.capture.regions import (NotWritable, RegionSpec, before_writes, bind_state, describe, region_spec,
+                                    write_back)
 from evolve.session import STORE_FILE
 from evolve.sweep import stored_entries
 from fitness.compare import compare
@@ -178,7 +179,7 @@ class _Patch:
         self.captured, self.folder, self.classes, self.kernels = captured, folder, classes, kernels
         self.platform = platform
         self.by_key = {r.key: r for r in manifest.regions}
-        self.made: dict[Key, tuple[Any, RegionEntry, list[str]] | None] = {}
+        self.made: dict[Key, tuple[Any, RegionEntry, RegionSpec] | None] = {}
         self.checking = False
         self.worst: dict[str, tuple[float, float]] = {}  # problem -> (max_abs_diff, cutoff)
         self.failures: list[str] = []
@@ -187,14 +188,17 @@ class _Patch:
         made = self.made[key] if key in self.made else self._make(key, args)
         if made is None:
             return inner(*args)
-        module, entry, roles = made
-        out = module(*[a for a, r in zip(args, roles) if r == "input"])
+        module, entry, spec = made
+        given = before_writes(args, spec) if self.checking else []
+        out = module(*[a for a, r in zip(args, spec.roles) if r == "input"])
         out = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+        own = write_back(out, args, spec.mutated)  # what the region writes into its arguments, the kernel's
         if self.checking:
-            self._check(entry, inner(*[a.clone() if hasattr(a, "clone") else a for a in args]), out)
-        return out
+            refs = inner(*given)
+            self._check(entry, (*refs, *[given[at] for at in spec.mutated]), out)
+        return own
 
-    def _make(self, key: Key, args: tuple) -> tuple[Any, RegionEntry, list[str]] | None:
+    def _make(self, key: Key, args: tuple) -> tuple[Any, RegionEntry, RegionSpec] | None:
         call = self.captured.region(key)
         where = self.captured.graphs[key[0]].state_of(call)
         self.made[key] = None
@@ -211,7 +215,7 @@ class _Patch:
             bind_state(module, list(args), spec.roles, f"region {entry.problem}")
         except NotWritable as exc:
             raise _Refused(str(exc)) from None
-        self.made[key] = (module, entry, spec.roles)
+        self.made[key] = (module, entry, spec)
         return self.made[key]
 
     def _check(self, entry: RegionEntry, refs: tuple, outs: tuple) -> None:
@@ -278,7 +282,7 @@ def _check(model_path: Path, problem: Any, patched: Captured, patch: _Patch, man
             inputs = make_inputs(problem, secrets.randbelow(1 << 30) + 1, platform.device())
             with torch.no_grad():
                 refs = original(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
-            refs = [r.detach() for r in (refs if isinstance(refs, (tuple, list)) else [refs])]
+            refs = [r.detach() for r in _tensors(refs)]
             if cutoff is None:
                 cutoff, rule = derived_cutoff(refs, output_scale(refs))
             patch.checking = True
@@ -286,7 +290,7 @@ def _check(model_path: Path, problem: Any, patched: Captured, patch: _Patch, man
                 outs = patched(*inputs)
             finally:
                 patch.checking = False
-            verdict = compare(list(outs) if isinstance(outs, (tuple, list)) else [outs], refs, cutoff)
+            verdict = compare(_tensors(outs), refs, cutoff)
             worst = max(worst, verdict.max_abs_diff)
             if verdict.status != "accepted" and not model_fault:
                 model_fault = f"the model's {verdict.reason}"
@@ -318,6 +322,14 @@ def _check(model_path: Path, problem: Any, patched: Captured, patch: _Patch, man
         status, reason = "refused", "no region of the model matches a kernel of the sweep (extracted at other shapes?)"
     return ApplyReport(str(model_path), status, reason, regions, worst, cutoff, rule, checks, covered, bound,
                        expected, device=platform.name)
+
+
+def _tensors(out: Any) -> list[Any]:
+    """The tensors a model's forward returns, in order, however nested (a tensor, a tuple, a dict)."""
+    import torch
+    from torch.utils._pytree import tree_leaves
+
+    return [leaf for leaf in tree_leaves(out) if isinstance(leaf, torch.Tensor)]
 
 
 def _time(report: ApplyReport, problem: Any, patched: Captured, patch: _Patch, platform: Platform) -> None:

@@ -22,7 +22,8 @@ from evolve.capture.manifest import (SWEEP_FILE, CaptureError, Manifest, RegionE
                                      sweep_text, write_manifest)
 from evolve.capture.fusion import Region
 from evolve.capture.model import Captured, Key, Profile, capture, observe, profile, time_forward
-from evolve.capture.regions import NotWritable, RegionSpec, bind_state, describe, region_spec, render
+from evolve.capture.regions import (NotWritable, RegionSpec, before_writes, bind_state, describe, region_spec,
+                                    render)
 from fitness.problem import build_model, load_problem, make_inputs
 from platforms import Platform, get_platform
 
@@ -63,8 +64,7 @@ def extract(model_path: str | Path, out_dir: str | Path, shapes: dict[str, int] 
     except torch._dynamo.exc.BackendCompilerFailed:
         raise  # our backend (the regions) failed: a bug of kevo's, with its traceback
     except Exception as exc:  # the user's model under Dynamo: its failure is the model's
-        raise CaptureError(f"{model_path.name}: the model fails under torch.compile's graph capture: "
-                           f"{_first_line(exc)}") from None
+        raise CaptureError(f"{model_path.name}: {_model_fault(problem, platform, exc)}") from None
     if not captured.graphs:
         raise CaptureError(f"{model_path.name}: torch.compile traced no graph of its forward: nothing to extract")
     groups, skipped = _groups(captured, prof, seen)
@@ -196,28 +196,30 @@ def _reproduces(batch: list[tuple[_Group, Path, float]], captured: Captured, inp
 
     from fitness.compare import compare
 
-    firsts = {group.keys[0]: (group.spec.roles, path) for group, path, _ in batch}
+    firsts = {group.keys[0]: (group.spec, path) for group, path, _ in batch}
     faults: dict[str, str] = {path.name: "the region did not run" for _, path in firsts.values()}
 
     def check(key: Any, inner: Any, args: tuple) -> Any:
-        roles, path = firsts.pop(key, (None, None))
+        spec, path = firsts.pop(key, (None, None))
         if path is None:
             return inner(*args)
-        given = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]  # the region may write in place
+        given = before_writes(args, spec)
         out = inner(*args)
-        args = tuple(given)
+        refs = [o.detach() for o in out] + [args[at] for at in spec.mutated]  # and what it wrote
+        if any(isinstance(r, torch.Tensor) and r.is_complex() for r in refs):
+            faults[path.name] = "an output is complex (kevo's judge compares real tensors)"
+            return out
         try:
             problem = load_problem(path)
             model = build_model(problem.Model, problem, 0, platform.device())
-            bind_state(model, list(args), roles, path.name)
-            mine = model(*[a for a, r in zip(args, roles) if r == "input"])
+            bind_state(model, given, spec.roles, path.name)
+            mine = model(*[a for a, r in zip(given, spec.roles) if r == "input"])
+            mine = list(mine) if isinstance(mine, (tuple, list)) else [mine]
+            scale = max((float(r.abs().max()) for r in refs if r.numel() and r.is_floating_point()), default=1.0)
+            verdict = compare(mine, refs, 1e-5 * max(1.0, scale))
         except Exception as exc:  # a file we wrote that does not run: said, and the model goes on
             faults[path.name] = f"the written problem fails: {type(exc).__name__}: {str(exc)[:200]}"
             return out
-        refs = [o.detach() for o in out]
-        mine = list(mine) if isinstance(mine, (tuple, list)) else [mine]
-        scale = max((float(r.abs().max()) for r in refs if r.numel() and r.is_floating_point()), default=1.0)
-        verdict = compare(mine, refs, 1e-5 * max(1.0, scale))
         faults[path.name] = ("" if verdict.status == "accepted" else
                              f"the written problem does not reproduce the region ({verdict.reason})")
         return out
@@ -240,6 +242,23 @@ def _compiled_ms(platform: Platform, model: Any, problem: Any) -> float | None:
     except Exception as exc:  # Inductor on this machine (a compiler missing, say): recorded as no figure
         log.warning("extract: torch.compile failed on %s: %s", problem.path.name, _first_line(exc))
         return None
+
+
+def _model_fault(problem: Any, platform: Platform, exc: BaseException) -> str:
+    """Why the model failed under the capture: its own failure when it fails without torch.compile
+    too (a shape it cannot take, say), else Dynamo's, with the error beneath it."""
+    import torch
+
+    try:
+        with torch.no_grad():
+            build_model(problem.Model, problem, 0, platform.device())(*make_inputs(problem, 0, platform.device()))
+    except Exception as own:  # the model's own code, run as KernelBench runs it
+        return f"the model fails on its inputs (eagerly, without torch.compile): {_first_line(own)}"
+    cause = exc
+    while cause.__cause__ is not None and cause.__cause__ is not cause:
+        cause = cause.__cause__
+    beneath = f" ({_first_line(cause)})" if cause is not exc else ""
+    return f"the model fails under torch.compile's graph capture: {_first_line(exc)}{beneath}"
 
 
 def _first_line(exc: BaseException) -> str:

@@ -13,13 +13,16 @@ runs the region's kernel instead).
 activities on the CPU; the device's kernels on a GPU) and attributes every
 operator's time to the region whose mark encloses it; what no region encloses
 (views between regions, code Dynamo left outside its graphs) still counts in
-the model's total.
+the model's total. Each region's time is its median over the profiled forwards
+(and so is the time outside them), so that a forward slowed by other work on
+the machine does not make one region look hot.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import statistics
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -32,6 +35,7 @@ Key = tuple[int, int]
 #: What runs a region: (key, the region's own module, its arguments) -> its outputs.
 Observer = Callable[[Key, Any, tuple], Any]
 _MARK = "kevo_region:"
+_FORWARD = "kevo_forward"
 
 
 @dataclasses.dataclass
@@ -121,10 +125,16 @@ def capture(problem: Problem, platform: Platform, seed: int = 0) -> Captured:
 
 @dataclasses.dataclass
 class RegionTime:
-    """A region's device time over the profiled forwards."""
+    """A region's device time in each profiled forward (all its calls in that forward)."""
 
-    total_ms: float = 0.0
-    calls: int = 0
+    per_forward: list[float]  # ms, one per forward
+    calls: int = 0  # over all the forwards
+
+    @property
+    def ms(self) -> float:
+        """Its time per forward: the median over the forwards, so that one forward slowed by
+        something else on the machine does not make a region look hot."""
+        return statistics.median(self.per_forward)
 
 
 @dataclasses.dataclass
@@ -132,13 +142,13 @@ class Profile:
     """Where a forward's device time went: per region, and in all (per forward)."""
 
     regions: dict[Key, RegionTime]
-    total_ms: float  # the model's device time per forward
+    total_ms: float  # the model's device time per forward: the regions' medians and the median of the rest
     forwards: int
     device: str  # "cpu" (operators' CPU time) or the GPU's kernels
 
     def region_ms(self, key: Key) -> float:
         """The region's time per forward."""
-        return self.regions[key].total_ms / self.forwards if key in self.regions else 0.0
+        return self.regions[key].ms if key in self.regions else 0.0
 
 
 def profile(captured: Captured, inputs: list[Any], platform: Platform, forwards: int = 3,
@@ -159,15 +169,25 @@ def profile(captured: Captured, inputs: list[Any], platform: Platform, forwards:
 
     with captured.observed(marked), tp.profile(activities=activities) as prof:
         for _ in range(forwards):
-            with tp.record_function("kevo_forward"):
+            with tp.record_function(_FORWARD):
                 captured(*inputs)
         platform.synchronize()
-    regions: dict[Key, RegionTime] = {}
-    total = 0.0
+    runs: list[dict[Key, RegionTime]] = []
+    outside: list[float] = []  # per forward, the time no region's mark encloses
     for event in prof.events():
-        if event.cpu_parent is None and str(event.device_type).endswith("CPU"):
-            total += _attribute(event, None, regions, on_cpu)
-    return Profile(regions, total / 1e3 / forwards, forwards, "cpu" if on_cpu else platform.device_name())
+        if event.cpu_parent is None and event.name == _FORWARD and str(event.device_type).endswith("CPU"):
+            regions: dict[Key, RegionTime] = {}
+            total = _attribute(event, None, regions, on_cpu)
+            runs.append(regions)
+            outside.append(total / 1e3 - sum(r.per_forward[0] for r in regions.values()))
+    merged: dict[Key, RegionTime] = {}
+    for at, regions in enumerate(runs):
+        for key, entry in regions.items():
+            into = merged.setdefault(key, RegionTime([0.0] * len(runs)))
+            into.per_forward[at] += entry.per_forward[0]
+            into.calls += entry.calls
+    total_ms = (statistics.median(outside) if outside else 0.0) + sum(r.ms for r in merged.values())
+    return Profile(merged, total_ms, len(runs) or forwards, "cpu" if on_cpu else platform.device_name())
 
 
 def _time_us(event: Any, on_cpu: bool) -> float:
@@ -184,8 +204,8 @@ def _attribute(event: Any, region: Key | None, regions: dict[Key, RegionTime], o
         spent = sum(_attribute(child, key, regions, on_cpu) for child in event.cpu_children)
         if not on_cpu:
             spent = _time_us(event, on_cpu)  # the kernels launched under the mark, whatever launched them
-        entry = regions.setdefault(key, RegionTime())
-        entry.total_ms += spent / 1e3
+        entry = regions.setdefault(key, RegionTime([0.0]))
+        entry.per_forward[0] += spent / 1e3
         entry.calls += 1
         return spent
     if name.startswith("aten::") or not event.cpu_children:
