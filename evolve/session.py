@@ -243,7 +243,8 @@ def _read_seeds(config: Config, run_dir: Path | None = None) -> list[str]:
 
         problem = config.problem
         try:  # one seed per distinct program of Inductor's configurations; the first is compile_seed's
-            seeds = compile_seeds(problem.reference, shapes=dict(problem.shapes), dtype=problem.dtype)
+            seeds = compile_seeds(problem.reference, shapes=dict(problem.shapes), dtype=problem.dtype,
+                                  limit=config.search.max_evaluations)
         except SeedError as exc:
             raise NoSeed(f"seeds: compile: {exc}") from None
         budget = config.search.max_evaluations  # the seeds are evaluated within it

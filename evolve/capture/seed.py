@@ -105,11 +105,14 @@ def compile_seed(problem_path: str | Path, device: str = "cuda", shapes: dict[st
 
 
 def compile_seeds(problem_path: str | Path, device: str = "cuda", shapes: dict[str, int] | None = None,
-                  dtype: str | None = None, variants: list[str] | None = None) -> list[CompiledSeed]:
+                  dtype: str | None = None, variants: list[str] | None = None,
+                  limit: int | None = None) -> list[CompiledSeed]:
     """One seed per distinct program Inductor writes for the problem under ``variants`` (all of
     ``VARIANTS`` if None, in that order), on ``device`` (see the module doc); where ``compile_seed``
     gives a seed, the first is that one. ``SeedError`` if none. ``device="cpu"`` captures Inductor's Triton
-    backend for the CPU under the interpreter (the process needs ``TRITON_INTERPRET=1`` from its start)."""
+    backend for the CPU under the interpreter (the process needs ``TRITON_INTERPRET=1`` from its start).
+    ``limit``: the configurations after the one that gives the ``limit``-th distinct seed are not
+    captured (a run evaluates no more seeds than its budget)."""
     from evolve.capture.inductor import VARIANTS, capture
 
     from operators.seeds.variants import distinct
@@ -129,6 +132,9 @@ def compile_seeds(problem_path: str | Path, device: str = "cuda", shapes: dict[s
     skipped: list[tuple[str, str]] = []
     first_code: str | None = None  # what the default configuration wrote, once captured
     for name in names:
+        if limit is not None and len(distinct(seeds, lambda s: s.source, lambda s: s.variant)) >= limit:
+            skipped.append((name, f"not captured: {limit} distinct seed(s) are all the run can evaluate"))
+            continue
         why_not = _cannot_change(name, first_code)
         if why_not:
             skipped.append((name, why_not))
