@@ -351,3 +351,52 @@ platform: cpu
     named = [next(line for line in i.source.splitlines() if "Inductor configuration:" in line) for i in rows]
     assert [line.split()[2] for line in named] == ["default", "looped_reductions"]
     assert "no_split_reductions" not in replayed  # the third configuration was not even captured
+
+
+BIAS_PROBLEM = '''import torch
+import torch.nn as nn
+
+batch_size = 2
+channels = 4
+size = 6
+
+
+class Model(nn.Module):
+    """A pointwise op and a bias shaped (C, 1, 1) broadcast over the spatial dimensions."""
+
+    def __init__(self, channels):
+        super().__init__()
+        self.bias = nn.Parameter(torch.randn(channels, 1, 1))
+
+    def forward(self, x):
+        return torch.relu(x) + self.bias
+
+
+def get_inputs():
+    return [torch.randn(batch_size, channels, size, size)]
+
+
+def get_init_inputs():
+    return [channels]
+'''
+
+
+def test_a_bias_shaped_to_broadcast_is_captured_and_judged(tmp_path):
+    """Sizes of 1 kept symbolic cannot broadcast: the capture is made again with them constant."""
+    problem = tmp_path / "bias_add.py"
+    problem.write_text(BIAS_PROBLEM)
+    script = f"""
+import json, sys
+sys.path.insert(0, {str(ROOT)!r})
+from evolve.capture.seed import compile_seeds
+from fitness import Evaluator
+(seed,) = compile_seeds({str(problem)!r}, device="cpu", variants=["default"])
+with Evaluator({str(problem)!r}, platform="cpu") as evaluator:
+    result = evaluator.evaluate(seed.source)
+print(json.dumps([seed.kernels, result.status.value, result.reason]))
+"""
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""})
+    assert done.returncode == 0, done.stderr[-3000:]
+    kernels, status, reason = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(kernels) == 1 and status == "accepted", reason

@@ -170,13 +170,29 @@ def capture(path: str | Path, device: str = "cuda", mode: str | None = None, tim
     mode = next((m for m, v in MODES.items() if v == variant), None)
     time_it = time_it and device != "cpu"  # interpreted kernels: no figure worth keeping (nor a driver to time on)
     with _cpu_triton() if device == "cpu" else contextlib.nullcontext():
-        try:
-            with _quiet("torch._guards", "torch._dynamo", "torch.fx.experimental.symbolic_shapes"):
-                return _capture(Path(path), device, mode, time_it, shapes, dtype, variant, strict=True)
-        except Exception as exc:
-            if "ConstraintViolation" not in type(exc).__name__ and "specialized it to be a constant" not in str(exc):
-                raise
-        return _capture(Path(path), device, mode, time_it, shapes, dtype, variant, strict=False)
+        strict, oblivious = True, True
+        while True:
+            try:
+                with _quiet("torch._guards", "torch._dynamo", "torch.fx.experimental.symbolic_shapes") \
+                        if strict else contextlib.nullcontext():
+                    return _capture(Path(path), device, mode, time_it, shapes, dtype, variant, strict, oblivious)
+            except Exception as exc:
+                if oblivious and _broke_a_broadcast(exc):
+                    oblivious = False  # a size of 1 kept symbolic cannot broadcast (a bias shaped (C, 1, 1))
+                elif strict and ("ConstraintViolation" in type(exc).__name__
+                                 or "specialized it to be a constant" in str(exc)):
+                    strict = False
+                else:
+                    raise
+
+
+def _broke_a_broadcast(exc: BaseException) -> bool:
+    """Whether tracing failed where a symbolic size had to equal another to broadcast."""
+    while exc is not None:
+        if "must match the size of tensor" in str(exc):
+            return True
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return False
 
 
 #: What Inductor's Triton backend for the CPU needs set while it compiles (see ``_cpu_triton``).
@@ -244,7 +260,7 @@ def _quiet(*names: str) -> Iterator[None]:
 
 
 def _capture(path: Path, device: str, mode: str | None, time_it: bool, shapes: dict[str, int] | None,
-             dtype: str | None, variant: str, strict: bool) -> dict[str, Any]:
+             dtype: str | None, variant: str, strict: bool, oblivious: bool = True) -> dict[str, Any]:
     import torch
     import torch.fx.experimental._config as fx_config
     import triton
@@ -287,7 +303,7 @@ def _capture(path: Path, device: str, mode: str | None, time_it: bool, shapes: d
     with (_autotuners_made() as tuners, torch.no_grad(), inductor_config.patch(patches),
           torch._dynamo.config.patch(force_parameter_static_shapes=False,
                                      force_nn_module_property_static_shapes=False),
-          fx_config.patch(use_duck_shape=False, **_size_oblivious(fx_config))):
+          fx_config.patch(use_duck_shape=False, **(_size_oblivious(fx_config) if oblivious else {}))):
         out, codes = run_and_get_code(compiled, *inputs)
         if device != "cpu":
             get_platform("auto").synchronize()
