@@ -6,6 +6,7 @@
 #
 #   bash bench/gpu_round.sh tests attacks          # the GPU tests, then the attack suite
 #   bash bench/gpu_round.sh seeds sol-sweep        # kevo seed + verify at own shapes; a sweep that stops at SOL
+#   bash bench/gpu_round.sh fixtures               # Inductor's GPU output under each configuration; seed --all
 #   bash bench/gpu_round.sh stream real-size       # a 48-variant cold stream; 23_Softmax at its own shapes
 #   bash bench/gpu_round.sh llm busy-seq busy-side # LLM overlap; a 20-problem sweep one by one, then 3 side by side
 #   bash bench/gpu_round.sh models                 # extract, sweep and apply five level-3 models
@@ -61,6 +62,20 @@ sec_seeds() {  # strong first kernels: kevo seed + verify at each problem's own 
     timeout "$(left)" python3 -m evolve.cli verify "$L1/48_Mean_reduction_over_a_dimension.py" \
         "$OUT/seeds/48_Mean_reduction_over_a_dimension.py" --device cuda --json \
         --shape batch_size=143 --shape dim1=4867 --shape dim2=4801 > "$OUT/seeds/48_Mean_past_2e31.json"
+}
+
+sec_fixtures() {  # what a GPU's Inductor writes under each configuration (to set beside the CPU's recordings)
+    local p
+    for p in softmax/reference gelu/reference matmul/reference; do
+        timeout "$(left)" python3 tests/fixtures/seed_variants/record.py problems "$p" --device cuda \
+            --out "$OUT/seed_variants_cuda.jsonl"
+    done
+    for p in 50_conv_standard_2D__square_input__square_kernel 40_LayerNorm; do
+        timeout "$(left)" python3 tests/fixtures/seed_variants/record.py "$L1" "$p" --device cuda \
+            --out "$OUT/seed_variants_cuda.jsonl"
+    done
+    mkdir -p "$OUT/seeds-all"
+    timeout "$(left)" python3 -m evolve.cli seed "$KB/level2/1_Conv2D_ReLU_BiasAdd.py" --all -o "$OUT/seeds-all/conv_bias"
 }
 
 sec_sol_sweep() {  # a sweep that stops problems at the speed of light and hands their budget on

@@ -23,7 +23,9 @@ pays for under kevo. Trusted code only (kevo's own seeds).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -148,6 +150,7 @@ def main() -> int:
 
     def make_measure(args):
         harness = Harness(args.platform, 0)
+        atexit.register(shutil.rmtree, harness.tmpdir, True)  # its candidates' files
         return lambda reference, shapes: measure(harness, reference, shapes)
 
     return each_problem("harness_layers", __doc__.splitlines()[0], make_measure, table, add_arguments)

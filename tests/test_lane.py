@@ -239,18 +239,23 @@ with lane.shared() as hold:
 print(json.dumps({"seen": seen, "during": during, "after": after, "lent_s": harness.loan.lent_s,
                   "quiet_with_thread": quiet_with_thread,
                   "lane_lent": walls["lane lent"]}))
+import shutil
+shutil.rmtree(harness.tmpdir)  # a worker's own is inside its scratch directory, which kevo removes
 """
 
 
-def test_the_worker_and_the_evaluator_pass_a_loan_back_and_forth():
+def test_the_worker_and_the_evaluator_pass_a_loan_back_and_forth(tmp_path):
     import json
+    import os
     import subprocess
     import sys
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
     done = subprocess.run([sys.executable, "-c", HARNESS_SCRIPT], cwd=root, capture_output=True, text=True,
+                          env={**os.environ, "TMPDIR": str(tmp_path)},
                           timeout=120)  # a loan nobody answers would hang it
+    assert [p.name for p in tmp_path.glob("kevo-*")] == []  # nothing of kevo's left in the temp folder
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["seen"] == [["compiling", "n1", 1], ["compiled", "n1", 0]]  # the step's nonce on both
