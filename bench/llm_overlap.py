@@ -84,9 +84,7 @@ def loopback_model(delay_s: float):
 
     class Model(ReplayServer):
         def _next(self, body, headers):
-            with self._lock:
-                self.requests.append(body)
-                n = len(self.requests)
+            n = self.record(body)
             answer = json.loads(json.dumps(template))
             answer["choices"][0]["message"]["content"] = kernel_reply(n)
             answer["usage"] = {"prompt_tokens": 3000, "completion_tokens": 500, "total_tokens": 3500}

@@ -115,10 +115,17 @@ class ReplayServer:
         with self._lock:
             return [r for r in self.requests if _marker(r) == name]
 
-    def _next(self, body: dict[str, Any], headers: dict[str, str]) -> Reply:
+    def record(self, body: dict[str, Any], headers: dict[str, str] | None = None) -> int:
+        """Keep a request (and its headers) as it arrives; its number, from 1. A subclass that
+        answers in its own way calls it first."""
         with self._lock:
             self.requests.append(body)
-            self.headers.append(headers)
+            self.headers.append(headers or {})
+            return len(self.requests)
+
+    def _next(self, body: dict[str, Any], headers: dict[str, str]) -> Reply:
+        self.record(body, headers)
+        with self._lock:
             name = _marker(body)
             if name is not None and name in self._sticky:
                 return self._sticky[name]

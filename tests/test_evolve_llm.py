@@ -94,9 +94,7 @@ class StandInLlm(ReplayServer):
         self.prose_for_seed = prose_for_seed
 
     def _next(self, body, headers):
-        with self._lock:
-            self.requests.append(body)
-            self.headers.append(headers)
+        self.record(body, headers)
         return reply(self.answer(body["messages"][-1]["content"]))
 
     def answer(self, prompt: str) -> str:
@@ -315,8 +313,7 @@ def test_an_llm_that_cannot_be_used_is_one_clear_error(tmp_path, monkeypatch):
         assert not (tmp_path / "run").exists()  # refused before anything was made
 
         monkeypatch.setenv("OPENAI_API_KEY", "sk-rejected")
-        server._next = lambda body, headers: (server.requests.append(body),
-                                              Reply.fixture("invalid_key", status=401))[1]
+        server._next = lambda body, headers: (server.record(body, headers), Reply.fixture("invalid_key", status=401))[1]
         with pytest.raises(RunError) as caught:
             start_run(write_config(tmp_path, cfg), tmp_path / "run", dispatchers=dispatchers(lambda c: Fake()))
         message = str(caught.value)

@@ -21,8 +21,7 @@ class Writer(ReplayServer):
     """Right at once when asked to work on anything (focus general); a hard-coded size otherwise, fixed when shown."""
 
     def _next(self, body, headers):
-        with self._lock:
-            self.requests.append(body)
+        self.record(body)
         prompt = body["messages"][-1]["content"]
         if "## Your last attempt, and what became of it" in prompt:
             return reply(FIX)

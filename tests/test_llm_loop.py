@@ -77,8 +77,7 @@ class Fixer(ReplayServer):
     """A model that hard-codes a size, and fixes it when it is shown the verdict."""
 
     def _next(self, body, headers):
-        with self._lock:
-            self.requests.append(body)
+        self.record(body)
         prompt = body["messages"][-1]["content"]
         if "## Your last attempt, and what became of it" in prompt:
             return reply(FIX)
@@ -120,8 +119,7 @@ def test_a_reply_without_a_kernel_goes_back_to_its_model_and_then_leaves_a_mutat
 
     class Stubborn(ReplayServer):
         def _next(self, body, headers):
-            with self._lock:
-                self.requests.append(body)
+            self.record(body)
             return reply(next(answers)[1])
 
     with Stubborn() as server:
@@ -190,13 +188,10 @@ class Delayed(StandInLlm):
 
     def __init__(self, delay_s: float) -> None:
         super().__init__()
-        self.delay_s, self.count = delay_s, 0
+        self.delay_s = delay_s
 
     def _next(self, body, headers):
-        with self._lock:
-            self.requests.append(body)
-            self.count += 1
-            n = self.count
+        n = self.record(body)
         blocks, warps = [16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192], [1, 2, 4, 8]
         content = written(blocks[n % len(blocks)], warps[(n // len(blocks)) % len(warps)],
                           "x * tl.sigmoid(y)" if (n // 40) % 2 == 0 else "x / (1.0 + tl.exp(-y))")
