@@ -324,7 +324,8 @@ def _check_values(config: Config, origin: str) -> None:
         require(value is None or value >= 1, f"search.{key}", "must be at least 1 (or left out)")
     for key in ("search.max_wall_time_s", "search.target_speedup", "fitness.max_abs_diff", "fitness.timeout_s",
                 "profiler.timeout_s", "cluster.node_check_s"):
-        value = getattr(getattr(config, key.split(".")[0]), key.split(".")[1])
+        section, name = key.split(".")
+        value = getattr(getattr(config, section), name)
         require(value is None or value > 0, key, "must be positive")
     require(search.stop_at_sol is None or 0 < search.stop_at_sol <= 1, "search.stop_at_sol", "must be in (0, 1]")
     require(search.confirm_rounds is None or search.confirm_rounds >= 0, "search.confirm_rounds", "must be >= 0")

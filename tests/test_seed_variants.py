@@ -272,8 +272,10 @@ def test_a_template_kevo_does_not_follow_is_named():
 # --- a run starts from all of them ----------------------------------------------------------------
 
 
-def test_a_run_with_seeds_compile_starts_from_every_configurations_seed(replayed, tmp_path):
-    from evolve.session import COMPILED_SEED_FILE, RECORDING_FILE, start_run
+def run_mse_from_compile(tmp_path: Path, budget: int) -> tuple[str, Path, list]:
+    """A CPU run of the MSE loss with ``seeds: compile`` and ``budget`` evaluations: (why it
+    stopped, its folder, its rows)."""
+    from evolve.session import start_run
     from population_store import RunStore
 
     config = tmp_path / "mse.yaml"
@@ -282,17 +284,29 @@ problem:
   reference: {problem_file(MSE)}
   seeds: compile
   shapes: {{batch_size: 8}}
-search: {{population_size: 3, max_evaluations: 5}}
+search: {{population_size: 3, max_evaluations: {budget}}}
 platform: cpu
 """)
     run = tmp_path / "run"
-    assert start_run(config, run) == "max_evaluations reached (5)"
+    reason = start_run(config, run)
     with RunStore.open(run / "run.sqlite", readonly=True) as store:
-        seeds = [i for i in store.individuals() if i.operator == "seed"]
-        assert [i.generation for i in seeds] == [0, 0, 0]
-        named = [next(line for line in i.source.splitlines() if "Inductor configuration:" in line) for i in seeds]
-        assert [line.split()[2] for line in named] == ["default", "looped_reductions", "no_split_reductions"]
-        assert all(i.status == "accepted" for i in seeds), [(i.status, i.result) for i in seeds]
+        return reason, run, store.individuals()
+
+
+def configuration(row) -> str:
+    """The Inductor configuration a seed's header names."""
+    return next(line for line in row.source.splitlines() if "Inductor configuration:" in line).split()[2]
+
+
+def test_a_run_with_seeds_compile_starts_from_every_configurations_seed(replayed, tmp_path):
+    from evolve.session import COMPILED_SEED_FILE, RECORDING_FILE
+
+    reason, run, rows = run_mse_from_compile(tmp_path, 5)
+    assert reason == "max_evaluations reached (5)"
+    seeds = [i for i in rows if i.operator == "seed"]
+    assert [i.generation for i in seeds] == [0, 0, 0]
+    assert [configuration(i) for i in seeds] == ["default", "looped_reductions", "no_split_reductions"]
+    assert all(i.status == "accepted" for i in seeds), [(i.status, i.result) for i in seeds]
     assert (run / COMPILED_SEED_FILE).read_text() == seeds[0].source
     assert json.loads((run / RECORDING_FILE).read_text())["variant"] == "default"
     assert sorted(p.name for p in run.glob("seed_from_compile.*.py")) == [
@@ -300,6 +314,15 @@ platform: cpu
 
 
 # --- a live capture on the CPU --------------------------------------------------------------------
+
+
+def interpreted(script: str, cwd: Path):
+    """What ``script`` prints last (JSON), run in a process started with TRITON_INTERPRET=1, as a CPU
+    capture needs."""
+    done = subprocess.run([sys.executable, "-c", script], cwd=cwd, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def test_a_live_cpu_capture_gives_the_persistent_and_the_looped_seed(tmp_path):
@@ -312,10 +335,7 @@ seeds = compile_seeds({str(problem_file(LAYER_NORM))!r}, device="cpu",
                       shapes={{"batch_size": 2, "features": 3, "dim1": 4, "dim2": 5}})
 print(json.dumps([[s.variant, list(s.duplicates), s.kernels] for s in seeds]))
 """
-    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""})
-    assert done.returncode == 0, done.stderr[-3000:]
-    seeds = json.loads(done.stdout.strip().splitlines()[-1])
+    seeds = interpreted(script, tmp_path)
     assert [s[0] for s in seeds] == ["default", "looped_reductions"]
     assert seeds[0][2] == ["triton_per_fused_native_layer_norm_0"]
     assert seeds[1][2] == ["triton_red_fused_native_layer_norm_0"]
@@ -331,25 +351,10 @@ def test_a_cpu_capture_needs_the_interpreter_from_the_start():
 
 
 def test_more_distinct_seeds_than_the_budget_keeps_the_first_ones(replayed, tmp_path):
-    from evolve.session import start_run
-    from population_store import RunStore
-
-    config = tmp_path / "mse.yaml"
-    config.write_text(f"""\
-problem:
-  reference: {problem_file(MSE)}
-  seeds: compile
-  shapes: {{batch_size: 8}}
-search: {{population_size: 3, max_evaluations: 2}}
-platform: cpu
-""")
-    run = tmp_path / "run"
-    assert start_run(config, run) == "max_evaluations reached (2)"
-    with RunStore.open(run / "run.sqlite", readonly=True) as store:
-        rows = store.individuals()
+    reason, _, rows = run_mse_from_compile(tmp_path, 2)
+    assert reason == "max_evaluations reached (2)"
     assert len(rows) == 2 and all(i.operator == "seed" for i in rows)  # the budget holds: 2 of the 3 seeds
-    named = [next(line for line in i.source.splitlines() if "Inductor configuration:" in line) for i in rows]
-    assert [line.split()[2] for line in named] == ["default", "looped_reductions"]
+    assert [configuration(i) for i in rows] == ["default", "looped_reductions"]
     assert "no_split_reductions" not in replayed  # the third configuration was not even captured
 
 
@@ -395,8 +400,5 @@ with Evaluator({str(problem)!r}, platform="cpu") as evaluator:
     result = evaluator.evaluate(seed.source)
 print(json.dumps([seed.kernels, result.status.value, result.reason]))
 """
-    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""})
-    assert done.returncode == 0, done.stderr[-3000:]
-    kernels, status, reason = json.loads(done.stdout.strip().splitlines()[-1])
+    kernels, status, reason = interpreted(script, tmp_path)
     assert len(kernels) == 1 and status == "accepted", reason
