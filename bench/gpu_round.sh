@@ -29,8 +29,6 @@ left() {  # seconds this section may take: its own bound, and what the call has 
     echo "$own"
 }
 
-kevo() { python3 -m evolve.cli "$@"; }
-
 section() {  # name: runs the section, logs its time and exit code
     local name=$1 t0 rc
     t0=$(date +%s)
@@ -122,11 +120,11 @@ sec_llm() {  # evaluators' busy share while a loopback model answers after 10 s
 
 busy_sweep() {  # 20 level-1 problems of the compile sweep, small budgets
     python3 - "$OUT/busy_sweep.yaml" <<'EOF'
-import sys, yaml
+import sys, pathlib, yaml
 sweep = yaml.safe_load(open("bench/kernelbench_compile_sweep.yaml"))
 sweep["problems"] = sweep["problems"][:20]
 for p in sweep["problems"]:
-    p["reference"] = str(__import__("pathlib").Path("bench", p["reference"]).resolve())
+    p["reference"] = str(pathlib.Path("bench", p["reference"]).resolve())
 yaml.safe_dump(sweep, open(sys.argv[1], "w"))
 EOF
 }
