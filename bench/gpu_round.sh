@@ -16,7 +16,11 @@ set -u
 OUT=${OUT:-runs/gpu-round}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-KB=${KB:-$(cd .. && pwd)/shared/kernelbench}
+# KernelBench: $KB, else a copy carried to the device in build/kb (git-ignored), else ../shared/kernelbench
+if [[ -z ${KB:-} ]]; then
+    if [[ -d build/kb/level1 ]]; then KB=$PWD/build/kb; else KB=$(cd .. && pwd)/shared/kernelbench; fi
+fi
+export KB
 L1=$KB/level1 L3=$KB/level3
 start=$(date +%s)
 { nvidia-smi -L; python3 -c "import torch, triton; print(torch.__version__, triton.__version__)"; git rev-parse HEAD 2>/dev/null || cat COMMIT 2>/dev/null; } > "$OUT/env.txt" 2>&1
@@ -41,6 +45,10 @@ section() {  # name: runs the section, logs its time and exit code
 sec_tests() {
     timeout "$(left)" python3 -m pytest -q -p no:cacheprovider tests/test_gpu.py tests/test_lane.py \
         tests/test_gpu_profile.py tests/test_confine.py
+}
+
+sec_confine_honest() {  # the suite's honest kernels under the guard and the confinement (CPU platform)
+    timeout "$(left)" python3 -m pytest -q -p no:cacheprovider tests/test_confine.py -k honest
 }
 
 sec_attacks() {
@@ -120,11 +128,11 @@ sec_llm() {  # evaluators' busy share while a loopback model answers after 10 s
 
 busy_sweep() {  # 20 level-1 problems of the compile sweep, small budgets
     python3 - "$OUT/busy_sweep.yaml" <<'EOF'
-import sys, pathlib, yaml
+import os, sys, pathlib, yaml
 sweep = yaml.safe_load(open("bench/kernelbench_compile_sweep.yaml"))
 sweep["problems"] = sweep["problems"][:20]
-for p in sweep["problems"]:
-    p["reference"] = str(pathlib.Path("bench", p["reference"]).resolve())
+for p in sweep["problems"]:  # the same level-1 files, read from $KB
+    p["reference"] = str(pathlib.Path(os.environ["KB"], "level1", pathlib.Path(p["reference"]).name))
 yaml.safe_dump(sweep, open(sys.argv[1], "w"))
 EOF
 }
