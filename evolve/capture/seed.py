@@ -19,6 +19,9 @@ seed is named by its configuration, in its header and in
 wrote is not captured (looped reductions without a persistent reduction, split
 reductions off without a reduction); one whose capture or conversion fails is
 left out, its reason kept in ``CompiledSeed.skipped`` of the first seed.
+A seed with Inductor's matmul template is followed by its split-K variant
+(``operators.seeds.split_k``), named ``CONFIGURATION_split_k``; a template the
+rewrite declines is named in ``skipped`` with its reason.
 ``kevo seed --all`` and ``problem.seeds: compile`` start from all of them.
 
 Convolutions come from the max-autotune configuration, through Inductor's
@@ -41,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from operators.seeds.convert import ConversionError, NotTritonOnly, seed_source
+from operators.seeds.split_k import VARIANT as SPLIT_K, SplitKError, split_k_seed
 from platforms import get_platform
 
 log = logging.getLogger(__name__)
@@ -156,6 +160,13 @@ def compile_seeds(problem_path: str | Path, device: str = "cuda", shapes: dict[s
             skipped.append((name, f"{kind}: {exc}"))
             continue
         seeds.append(_seed(recording, source, recording.get("mode"), name))
+        try:  # a GEMM template's seed: its split-K variant is one more start
+            split = split_k_seed(source)
+        except SplitKError as exc:
+            skipped.append((f"{name}_{SPLIT_K}", f"no split-K variant: {exc}"))
+        else:
+            if split is not None:
+                seeds.append(_seed(recording, split, recording.get("mode"), f"{name}_{SPLIT_K}"))
     if not seeds:
         raise SeedError(f"{problem_path.name}: no seed from any Inductor configuration: "
                         + "; ".join(f"{name}: {why}" for name, why in skipped))

@@ -11,12 +11,18 @@ converts each capture. This module is the pure-text half:
   configurations that differ only in the blocks, warps or stages their
   autotuner picked (coordinate descent, most often) give one key;
 - ``distinct(items, source_of)``: the items whose programs differ, in order, the
-  first of equal programs kept, with the names of those dropped for it.
+  first of equal programs kept, with the names of those dropped for it;
+- ``with_variant_line(source, name, what)``: a seed kevo rewrote into another
+  structure (``operators.seeds.split_k``) named in its header, after the
+  configuration's line: ``kevo variant: NAME (what it changes)``;
+  ``replace_statements(source, edits)``: the rewrite's top-level statements
+  put in place, every other line kept.
 """
 
 from __future__ import annotations
 
 import ast
+import textwrap
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -70,3 +76,33 @@ def distinct(items: Sequence[T], source_of: Callable[[T], str],
         else:
             kept[key] = (item, [])
     return list(kept.values())
+
+
+def with_variant_line(source: str, name: str, what: str) -> str:
+    """``source`` with ``kevo variant: NAME (what)`` as the last paragraph of its module docstring
+    (``ValueError`` where it has no plain triple-quoted one)."""
+    body = ast.parse(source).body
+    first = body[0] if body else None
+    if not (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+            and isinstance(first.value.value, str)):
+        raise ValueError("the seed has no module docstring to name its variant in")
+    data = source.encode()  # ast's offsets count UTF-8 bytes
+    lines = data.splitlines(keepends=True)
+    start = sum(len(line) for line in lines[:first.lineno - 1]) + first.col_offset
+    end = sum(len(line) for line in lines[:first.end_lineno - 1]) + first.end_col_offset
+    quote = data[end - 3:end].decode()
+    if data[start:start + 3].decode() != quote or quote not in ('"""', "'''"):
+        raise ValueError("the seed's docstring is not a plain triple-quoted string")
+    paragraph = textwrap.fill(f"kevo variant: {name} ({what})", 100).replace("\\", "/").replace(quote, "'")
+    return (data[:end - 3].decode().rstrip("\n") + "\n\n" + paragraph + "\n" + data[end - 3:].decode())
+
+
+def replace_statements(source: str, edits: dict[ast.stmt, str]) -> str:
+    """``source`` with the lines of each top-level statement of ``edits`` (a function's decorators too)
+    replaced by its text; every other line is kept as it was."""
+    lines = source.splitlines(keepends=True)
+    spans = [(min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", []))]), node.end_lineno, text)
+             for node, text in edits.items()]
+    for first, last, text in sorted(spans, key=lambda span: span[0], reverse=True):
+        lines[first - 1:last] = [text + "\n"]
+    return "".join(lines)
