@@ -19,8 +19,9 @@ seed is named by its configuration, in its header and in
 wrote is not captured (looped reductions without a persistent reduction, split
 reductions off without a reduction); one whose capture or conversion fails is
 left out, its reason kept in ``CompiledSeed.skipped`` of the first seed.
-A seed with Inductor's matmul template is followed by its split-K variant
-(``operators.seeds.split_k``), named ``CONFIGURATION_split_k``; a template the
+A seed with Inductor's matmul template is followed by its split-K and its
+persistent variants (``operators.seeds.split_k``, ``operators.seeds.persistent``),
+named ``CONFIGURATION_split_k`` and ``CONFIGURATION_persistent``; a template a
 rewrite declines is named in ``skipped`` with its reason.
 ``kevo seed --all`` and ``problem.seeds: compile`` start from all of them.
 
@@ -44,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from operators.seeds.convert import ConversionError, NotTritonOnly, seed_source
+from operators.seeds.persistent import VARIANT as PERSISTENT, PersistentError, persistent_seed
 from operators.seeds.split_k import VARIANT as SPLIT_K, SplitKError, split_k_seed
 from platforms import get_platform
 
@@ -160,13 +162,14 @@ def compile_seeds(problem_path: str | Path, device: str = "cuda", shapes: dict[s
             skipped.append((name, f"{kind}: {exc}"))
             continue
         seeds.append(_seed(recording, source, recording.get("mode"), name))
-        try:  # a GEMM template's seed: its split-K variant is one more start
-            split = split_k_seed(source)
-        except SplitKError as exc:
-            skipped.append((f"{name}_{SPLIT_K}", f"no split-K variant: {exc}"))
-        else:
-            if split is not None:
-                seeds.append(_seed(recording, split, recording.get("mode"), f"{name}_{SPLIT_K}"))
+        for variant, rewrite in ((SPLIT_K, split_k_seed), (PERSISTENT, persistent_seed)):
+            try:  # a GEMM template's seed: its split-K and persistent variants are more starts
+                made = rewrite(source)
+            except (SplitKError, PersistentError) as exc:
+                skipped.append((f"{name}_{variant}", f"no {variant} variant: {exc}"))
+            else:
+                if made is not None:
+                    seeds.append(_seed(recording, made, recording.get("mode"), f"{name}_{variant}"))
     if not seeds:
         raise SeedError(f"{problem_path.name}: no seed from any Inductor configuration: "
                         + "; ".join(f"{name}: {why}" for name, why in skipped))

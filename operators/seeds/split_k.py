@@ -87,7 +87,7 @@ def split_k_seed(source: str, split_k: int = DEFAULT_SPLIT_K) -> str | None:
     if split_k not in SPLIT_CHOICES:
         raise ValueError(f"SPLIT_K {split_k} is not among {SPLIT_CHOICES}")
     tree = ast.parse(source)
-    kernels = [n for n in tree.body if isinstance(n, ast.FunctionDef) and _is_matmul_template(n)]
+    kernels = [n for n in tree.body if isinstance(n, ast.FunctionDef) and is_matmul_template(n)]
     if not kernels:
         return None
     call = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == CALL_FUNCTION), None)
@@ -127,7 +127,7 @@ def split_k_seed(source: str, split_k: int = DEFAULT_SPLIT_K) -> str | None:
         raise SplitKError(str(exc)) from None
 
 
-def _is_matmul_template(function: ast.FunctionDef) -> bool:
+def is_matmul_template(function: ast.FunctionDef) -> bool:
     """Whether ``function`` is Inductor's matmul template (its tile grid, as ``operators.seeds.template`` reads it)."""
     lines = {ast.unparse(s) for s in function.body if isinstance(s, ast.Assign)}
     return {"grid_m = (M + BLOCK_M - 1) // BLOCK_M", "grid_n = (N + BLOCK_N - 1) // BLOCK_N"} <= lines
