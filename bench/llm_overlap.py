@@ -136,7 +136,7 @@ def child(args: argparse.Namespace) -> int:
         with RunStore.open(Path(folder) / "run" / "run.sqlite", readonly=True) as store:
             operators = {i.id: i.operator for i in store.individuals()}
     print(json.dumps({"reason": reason, "wall_s": wall,
-                      "spans": [[operators[key], start, end] for key, start, end in spans]}))
+                      "spans": [[operators.get(key, "kevo"), start, end] for key, start, end in spans]}))
     return 0
 
 

@@ -13,6 +13,12 @@ nothing of one run can spill into the next.
 A window whose trace is incomplete (a run with no device activity, say,
 because the trace dropped records or someone stopped the profiler) yields
 no spans, and the caller keeps the event times, which count everything.
+
+The trace is the whole process's: one window at a time per process
+(``_ONE_WINDOW``). Two threads tracing at once would each count the other's
+kernels inside their runs, and torch's profiler does not survive being
+started from two threads (a segfault in kineto, seen on the H200 when two
+runs of a sweep timed their torch.compile seeds at once).
 """
 
 from __future__ import annotations
@@ -20,8 +26,13 @@ from __future__ import annotations
 import bisect
 import contextlib
 import secrets
+import threading
 import warnings
 from typing import Any
+
+
+#: Held from a window's start to its end: one device trace at a time in this process.
+_ONE_WINDOW = threading.Lock()
 
 
 class DeviceTimeline:
@@ -40,12 +51,20 @@ class DeviceTimeline:
         self._closed = False
 
     def __enter__(self) -> "DeviceTimeline":
-        self._profile.__enter__()
+        _ONE_WINDOW.acquire()
+        try:
+            self._profile.__enter__()
+        except BaseException:
+            _ONE_WINDOW.release()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._profile.__exit__(None, None, None)
-        self._closed = True
+        try:
+            self._profile.__exit__(None, None, None)
+        finally:
+            self._closed = True
+            _ONE_WINDOW.release()
 
     def run(self, index: int) -> contextlib.AbstractContextManager[Any]:
         """Context that marks run ``index`` on the host timeline."""

@@ -186,8 +186,10 @@ def test_a_configuration_that_cannot_change_the_program_is_not_captured(replayed
     assert replayed == ["default", "coordinate_descent", "max_autotune"]  # a pointwise has no reduction
     assert dict(gelu.skipped).keys() == {"looped_reductions", "no_split_reductions"}
     replayed.clear()
-    (matmul,) = compile_seeds(PROBLEMS / "matmul" / "reference.py")
+    matmul, split, persistent = compile_seeds(PROBLEMS / "matmul" / "reference.py")
     assert matmul.variant == "max_autotune" and matmul.mode == "max-autotune-triton"
+    # the template's seed, then the structural starts made from it (operators.seeds.split_k, .persistent)
+    assert [split.variant, persistent.variant] == ["max_autotune_split_k", "max_autotune_persistent"]
     assert replayed == ["default", "max_autotune"]  # cuBLAS in the default: only the templates replace it
     reasons = dict(matmul.skipped)
     assert "extern_kernels.mm" in reasons["default"] and "extern library" in reasons["coordinate_descent"]

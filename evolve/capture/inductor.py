@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -54,6 +55,11 @@ from platforms import get_platform, time_runs
 #: name -> ``torch._inductor.config`` settings. Each seed is named by its configuration.
 #: A configuration that only moves numbers (coordinate descent picks other blocks and
 #: warps) gives a duplicate where the program is the same, and is dropped then.
+#: One capture at a time in a process: Inductor's configuration is process-wide (a variant's patch would
+#: leak into another thread's compile) and so is the profiler that times eager and compiled code.
+#: Runs side by side in one sweep capture their seeds in turn; their evaluations go on meanwhile.
+_ONE_CAPTURE = threading.Lock()
+
 _TEMPLATES = {"max_autotune": True, "max_autotune_gemm_backends": "TRITON", "max_autotune_conv_backends": "TRITON"}
 VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},
@@ -169,7 +175,7 @@ def capture(path: str | Path, device: str = "cuda", mode: str | None = None, tim
         raise ValueError(f"unknown Inductor configuration {variant!r} (known: {', '.join(VARIANTS)})")
     mode = next((m for m, v in MODES.items() if v == variant), None)
     time_it = time_it and device != "cpu"  # interpreted kernels: no figure worth keeping (nor a driver to time on)
-    with _cpu_triton() if device == "cpu" else contextlib.nullcontext():
+    with _ONE_CAPTURE, _cpu_triton() if device == "cpu" else contextlib.nullcontext():
         strict, oblivious = True, True
         while True:
             try:
