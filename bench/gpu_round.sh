@@ -5,6 +5,7 @@
 # (../shared/kernelbench), Ray, DEAP and litellm importable:
 #
 #   bash bench/gpu_round.sh tests attacks          # the GPU tests, then the attack suite
+#   bash bench/gpu_round.sh confine-honest         # the suite's honest kernels under the confinement (needs numpy<2.4)
 #   bash bench/gpu_round.sh seeds sol-sweep        # kevo seed + verify at own shapes; a sweep that stops at SOL
 #   bash bench/gpu_round.sh fixtures               # Inductor's GPU output under each configuration; seed --all
 #   bash bench/gpu_round.sh stream real-size       # a 48-variant cold stream; 23_Softmax at its own shapes
