@@ -15,10 +15,7 @@ import ast
 from typing import Any
 
 from operators.seeds.index import launch_flag, spill_y_into_z, widen
-from operators.seeds.template import Template, TemplateError, read_template
-
-#: The seed's function that does what Inductor's call() did.
-CALL_FUNCTION = "_inductor_call"
+from operators.seeds.template import CALL_FUNCTION, Template, TemplateError, read_template
 
 
 class ConversionError(ValueError):

@@ -30,7 +30,7 @@ import textwrap
 
 from operators.literals import dotted
 from operators.seeds.code import CALL_FUNCTION
-from operators.seeds.split_k import is_matmul_template
+from operators.seeds.split_k import template_and_call
 from operators.seeds.variants import replace_statements, with_variant_line
 
 #: The name of the variant, in a seed's header and in ``CompiledSeed.variant`` (``max_autotune_persistent``).
@@ -50,13 +50,10 @@ class PersistentError(ValueError):
 def persistent_seed(source: str) -> str | None:
     """The persistent variant of the seed ``source`` (see the module doc): None when it has no Inductor matmul
     template, ``PersistentError`` when it has one this rewrite does not follow."""
-    tree = ast.parse(source)
-    kernels = [n for n in tree.body if isinstance(n, ast.FunctionDef) and is_matmul_template(n)]
-    if not kernels:
+    found = template_and_call(source, PersistentError, "kernels")
+    if found is None:
         return None
-    call = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == CALL_FUNCTION), None)
-    if call is None or [a.arg for a in call.args.args][-1:] != ["device"]:
-        raise PersistentError(f"the seed has no {CALL_FUNCTION}(args, device) to launch the kernels from")
+    tree, kernels, call = found
     new_call = copy.deepcopy(call)
     edits: dict[ast.stmt, str] = {}
     for kernel in kernels:

@@ -42,6 +42,7 @@ import textwrap
 
 from operators.literals import dotted, is_constexpr
 from operators.seeds.code import CALL_FUNCTION
+from operators.seeds.template import template_and_call
 from operators.seeds.variants import replace_statements, with_variant_line
 from operators.space import SPACE_VARIABLE
 
@@ -86,13 +87,10 @@ def split_k_seed(source: str, split_k: int = DEFAULT_SPLIT_K) -> str | None:
     when it has no Inductor matmul template, ``SplitKError`` when it has one this rewrite does not follow."""
     if split_k not in SPLIT_CHOICES:
         raise ValueError(f"SPLIT_K {split_k} is not among {SPLIT_CHOICES}")
-    tree = ast.parse(source)
-    kernels = [n for n in tree.body if isinstance(n, ast.FunctionDef) and is_matmul_template(n)]
-    if not kernels:
+    found = template_and_call(source, SplitKError, "split kernels")
+    if found is None:
         return None
-    call = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == CALL_FUNCTION), None)
-    if call is None or [a.arg for a in call.args.args][-1:] != ["device"]:
-        raise SplitKError(f"the seed has no {CALL_FUNCTION}(args, device) to launch the split kernels from")
+    tree, kernels, call = found
     space = next((n for n in tree.body if isinstance(n, ast.Assign)
                   and any(isinstance(t, ast.Name) and t.id == SPACE_VARIABLE for t in n.targets)), None)
     names = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
@@ -125,12 +123,6 @@ def split_k_seed(source: str, split_k: int = DEFAULT_SPLIT_K) -> str | None:
         return with_variant_line(replace_statements(source, edits), VARIANT, WHAT)
     except ValueError as exc:  # a seed without the conversion's header
         raise SplitKError(str(exc)) from None
-
-
-def is_matmul_template(function: ast.FunctionDef) -> bool:
-    """Whether ``function`` is Inductor's matmul template (its tile grid, as ``operators.seeds.template`` reads it)."""
-    lines = {ast.unparse(s) for s in function.body if isinstance(s, ast.Assign)}
-    return {"grid_m = (M + BLOCK_M - 1) // BLOCK_M", "grid_n = (N + BLOCK_N - 1) // BLOCK_N"} <= lines
 
 
 def _read(function: ast.FunctionDef) -> _Gemm:

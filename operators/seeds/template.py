@@ -50,6 +50,10 @@ from typing import Any
 _CONV_PROGRAMS = {"nhw": ("BATCH", "OUT_H", "OUT_W"), "ndhw": ("BATCH", "OUT_D", "OUT_H", "OUT_W")}
 
 
+#: The seed's function that does what Inductor's call() did: it launches the kernels (``operators.seeds.code``).
+CALL_FUNCTION = "_inductor_call"
+
+
 class TemplateError(ValueError):
     """A template this conversion does not follow (``operators.seeds.code`` words it as a ConversionError)."""
 
@@ -173,3 +177,23 @@ def _substitute(expr: ast.expr, bound: dict[str, str]) -> str:
 
 def _is_constexpr(annotation: ast.expr | None) -> bool:
     return annotation is not None and ast.unparse(annotation).endswith("constexpr")
+
+
+def template_and_call(source: str, error: type[ValueError], what: str
+                      ) -> tuple[ast.Module, list[ast.FunctionDef], ast.FunctionDef] | None:
+    """(the seed's tree, its matmul template kernels, its launching function), or None when it has
+    no template; ``error`` when it has no ``_inductor_call(args, device)`` to launch ``what`` from."""
+    tree = ast.parse(source)
+    kernels = [n for n in tree.body if isinstance(n, ast.FunctionDef) and is_matmul_template(n)]
+    if not kernels:
+        return None
+    call = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == CALL_FUNCTION), None)
+    if call is None or [a.arg for a in call.args.args][-1:] != ["device"]:
+        raise error(f"the seed has no {CALL_FUNCTION}(args, device) to launch the {what} from")
+    return tree, kernels, call
+
+
+def is_matmul_template(function: ast.FunctionDef) -> bool:
+    """Whether ``function`` is Inductor's matmul template (its tile grid, as ``operators.seeds.template`` reads it)."""
+    lines = {ast.unparse(s) for s in function.body if isinstance(s, ast.Assign)}
+    return {"grid_m = (M + BLOCK_M - 1) // BLOCK_M", "grid_n = (N + BLOCK_N - 1) // BLOCK_N"} <= lines
