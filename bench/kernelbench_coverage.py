@@ -49,8 +49,11 @@ def prepare(path: Path, platform, shape_args: list[str], slots: int, probes: boo
     prepared = None
     try:
         prepared = PreparedProblem(path, platform, shapes, settings=EvalSettings(probes=probes))
-        row.update(status="prepared", footprint_gb=prepared.footprint() / GB,
-                   slots=prepared.slots_that_fit(slots), cutoff=prepared.cutoff, cutoff_rule=prepared.cutoff_rule,
+        fit = prepared.slots_that_fit(slots)  # first: it decides whether checks overlap the reference
+        row.update(status="prepared", footprint_gb=prepared.footprint() / GB, slots=fit,
+                   overlap=prepared.overlap_reference,
+                   phases_gb={k: v / GB for k, v in prepared.main.phases(prepared.overlap_reference).items()},
+                   cutoff=prepared.cutoff, cutoff_rule=prepared.cutoff_rule,
                    held_out=sum(len(g) for g in prepared.held_out_groups),
                    probes=[p.describe() for p in prepared.probes], notes=prepared.notes)
     except CutoffError as exc:
@@ -86,11 +89,12 @@ def main() -> None:
     counts = collections.Counter(r.get("kind", "prepared") for r in rows)
     print(f"{len(rows)} problems of {args.folder} on {platform.device_name()}: "
           + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())))
-    print("| problem | status | footprint GB | slots | wall s | reason |")
-    print("|---|---|---|---|---|---|")
+    print("| problem | status | footprint GB | slots | reference | wall s | reason |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         foot = f"{r['footprint_gb']:.2f}" if "footprint_gb" in r else "-"
-        print(f"| {r['problem']} | {r['status']} | {foot} | {r.get('slots', '-')} | {r['wall_s']:.1f} "
+        when = "-" if "overlap" not in r else ("meanwhile" if r["overlap"] else "before")
+        print(f"| {r['problem']} | {r['status']} | {foot} | {r.get('slots', '-')} | {when} | {r['wall_s']:.1f} "
               f"| {r.get('reason', '')[:160]} |")
 
 

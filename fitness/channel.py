@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fitness.lane import Hold
-from fitness.prepared import Variant
+from fitness.memory_plan import Variant
 from fitness.protocol import (INTERIMS, Answer, Compiled, Compiling, Continue, Ok, Ping, ProtocolViolation, Refused,
                               Reply, Reset, Step, read_reply)
 from fitness.result import Status

@@ -28,7 +28,8 @@ from typing import Any
 from fitness.channel import WorkerChannel
 from fitness.compare import Comparison, compare
 from fitness.lane import NoLane, TimingLane
-from fitness.prepared import PreparedProblem, Variant
+from fitness.memory_plan import Variant
+from fitness.prepared import PreparedProblem
 from fitness.probes import Probe
 from fitness.profiling import profile_candidate
 from fitness.protocol import Call, Load, Refused, Reply, Time
@@ -141,7 +142,11 @@ class Evaluator:
 
         step = Call(seed, variant.output_bytes, probe, lend=True)
         with self.lane.shared() as hold:
-            reply, outputs = self.channel.step(step, reference, self.channel.lending(hold))
+            if not self.prepared.overlap_reference:  # one after the other: less memory (fitness.memory_plan)
+                reference()
+                self.platform.release_memory()  # the reference's inputs and scratch, for the worker
+            reply, outputs = self.channel.step(step, reference if self.prepared.overlap_reference else None,
+                                               self.channel.lending(hold))
         if isinstance(reply, Refused):
             return reply, None
         with self._timed("compare"):

@@ -25,6 +25,7 @@ from typing import Any
 
 from fitness.compare import CutoffError, Trivial, all_finite, finite_abs_max, output_means, trivial_passes
 from fitness.floor import Floor, floor_for
+from fitness.memory_plan import Variant
 from fitness.probes import FACTOR_RANGE, Probe, changes
 from fitness.problem import (
     Problem,
@@ -38,7 +39,6 @@ from fitness.problem import (
 )
 from fitness.refusal import out_of_memory
 from fitness.settings import DEFAULT_MAX_ABS_DIFF, EvalSettings
-from fitness.window_judge import set_aside_runs
 from platforms import Platform, time_runs
 
 log = logging.getLogger(__name__)
@@ -47,30 +47,6 @@ log = logging.getLogger(__name__)
 _SECRET = secrets.SystemRandom()
 
 GB = float(1 << 30)
-
-
-@dataclasses.dataclass
-class Variant:
-    """The reference at one set of shapes, and what its evaluation allocates."""
-
-    shapes: dict[str, int]
-    problem: Problem
-    model: Any
-    output_bytes: list[int]
-    input_bytes: int
-    scratch_bytes: int  # what the reference's forward allocated besides inputs and outputs (0: unknown)
-
-    def judge_bytes(self) -> int:
-        """The evaluator's side of one check: inputs, the reference's outputs and scratch,
-        and its copy of the candidate's outputs, besides the timed runs' outputs it sets
-        aside to judge after the window (``fitness.window_judge``)."""
-        out = sum(self.output_bytes)
-        return self.input_bytes + (2 + set_aside_runs(out)) * out + self.scratch_bytes
-
-    def worker_bytes(self, kept_outputs: int) -> int:
-        """The worker's side: inputs and their clones, ``kept_outputs`` output sets, and
-        the candidate's scratch, taken to be the reference's."""
-        return 2 * self.input_bytes + kept_outputs * sum(self.output_bytes) + self.scratch_bytes
 
 
 def derived_cutoff(references: list, scale: float) -> tuple[float, str]:
@@ -163,9 +139,13 @@ class PreparedProblem:
                         if v is not None]
             if variants:
                 self.held_out_groups.append(variants)
-        need, free = self.footprint(), platform.free_memory()
-        if need > free:
-            raise ProblemError(self._too_big(need, free))
+        #: Whether a check computes the reference's outputs while the worker runs the candidate
+        #: (faster) or before (less memory: fitness.memory_plan); slots_that_fit may turn it off.
+        self.overlap_reference = True
+        free = platform.free_memory()
+        if self.footprint(overlap=False) > free:
+            raise ProblemError(self._too_big(self.footprint(overlap=False), free))
+        self.overlap_reference = self.footprint(overlap=True) <= free
         #: The floor at the main shapes on this device (fitness.floor; peaks measured on first use).
         self.floor: Floor | None
         self.floor, why = floor_for(self.main.problem, platform, self.main.input_bytes + sum(self.main.output_bytes))
@@ -215,13 +195,15 @@ class PreparedProblem:
         model = build_model(problem.Model, problem, self.settings.init_seed, self.device)
         # Held-out shapes are checked on fresh inputs: one fixed set proves the reference works there.
         seeds = self.settings.fixed_seeds if required else self.settings.fixed_seeds[:1]
-        output_bytes, input_bytes, scratch = [], 0, 0
+        output_bytes, input_bytes, witness_bytes, scratch = [], 0, 0, 0
         # A constant counts against the cutoff only when taken from another draw: the mean of
         # one draw's scalar output is that output itself (the first draw gives the second its constant).
         constants: list | None = None
         for seed in seeds:
             inputs = make_inputs(problem, seed, self.device)
             input_bytes = sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
+            witness_bytes = sum(self.platform.witness_bytes(x.numel() * x.element_size())
+                                for x in inputs if isinstance(x, torch.Tensor))
             before = self.platform.track_peak()
             with torch.no_grad():
                 out = model(*inputs)
@@ -245,7 +227,8 @@ class PreparedProblem:
                 self._suspects += [t for t in found if (t.output, t.name) not in known]
                 constants = output_means(references)
             del references
-        return Variant(shapes, problem, model, output_bytes, input_bytes, scratch)
+        params = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
+        return Variant(shapes, problem, model, output_bytes, input_bytes, scratch, witness_bytes, params)
 
     # -- probes -------------------------------------------------------------------------
 
@@ -367,20 +350,30 @@ class PreparedProblem:
     def variants(self) -> list[Variant]:
         return [self.main, *(v for group in self.held_out_groups for v in group)]
 
-    def footprint(self) -> int:
-        """Bytes of device memory one evaluation in flight needs at most: the worker and
-        the evaluator at the largest variant checked (timed runs are judged one at a
-        time, so timing needs no more than a check), plus a process's own overhead."""
-        return max(v.worker_bytes(1) + v.judge_bytes() for v in self.variants()) + self.platform.process_overhead_bytes
+    def footprint(self, overlap: bool | None = None) -> int:
+        """Bytes of device memory one evaluation in flight needs at most: its largest phase
+        (``fitness.memory_plan``) at the largest variant checked, plus a process's own
+        overhead; ``overlap`` as the checks run now unless given."""
+        overlap = self.overlap_reference if overlap is None else overlap
+        return max(v.footprint(overlap) for v in self.variants()) + self.platform.process_overhead_bytes
 
     def slots_that_fit(self, wanted: int) -> int:
-        """How many of ``wanted`` evaluations at once fit in the device's free memory
-        (at least 1: ``__init__`` refused a problem where one does not)."""
+        """How many of ``wanted`` evaluations at once fit in the device's free memory (at least 1:
+        ``__init__`` refused a problem where one does not). Where overlapping the reference with
+        the candidate lets fewer run at once than holding them one after the other, the checks
+        stop overlapping."""
         free = self.platform.free_memory()
-        fit = max(1, min(wanted, int(free // max(self.footprint(), 1))))
+        fit = int(free // max(self.footprint(overlap=True), 1))
+        self.overlap_reference = True
         if fit < wanted:
-            log.warning("%s: %d evaluation(s) at once instead of %d: each needs about %.1f GB of the "
-                        "%.1f GB free", self.reference_path.name, fit, wanted, self.footprint() / GB, free / GB)
+            apart = int(free // max(self.footprint(overlap=False), 1))
+            if apart > fit:
+                self.overlap_reference, fit = False, apart
+        fit = max(1, min(wanted, fit))
+        if fit < wanted or not self.overlap_reference:
+            log.warning("%s: %d evaluation(s) at once of the %d wanted, each needing about %.1f GB of the %.1f GB "
+                        "free%s", self.reference_path.name, fit, wanted, self.footprint() / GB, free / GB,
+                        "" if self.overlap_reference else " (references computed before the candidate runs)")
         return fit
 
     def _too_big(self, need: int, free: int) -> str:

@@ -76,6 +76,8 @@ class TimedWindow:
             raise Refusal(Status.MUTATED_INPUT, f"forward changed input {changed} in {where}")
         t1 = self.clock()
         if i in self.chosen:
+            if isinstance(args, list):
+                args.clear()  # the run's inputs go before its outputs are judged (fitness.memory_plan)
             self.hand_over(i, self.seed_of(i), outputs)
         if i >= 0:
             self.phases["input check"] += t1 - t0

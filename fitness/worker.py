@@ -250,7 +250,10 @@ class Harness:
 
     def _hand_over(self, run: int, seed: int, outputs: list) -> None:
         """Send a checked timed run's outputs now and wait for the evaluator's word: it
-        takes its copy and judges it while the worker waits, between two timed runs."""
+        takes its copy and judges it while the worker waits, between two timed runs. The run's
+        inputs are gone by now (``TimedWindow.finish``): what the allocator keeps of them beyond
+        a little goes back to the device, for the evaluator's reference."""
+        self.platform.release_memory(keep_bytes=RELEASE_ABOVE)
         self.send(TimedRun(run, seed).to_wire(), outputs, f"r{run}")
         answer = self._answer()
         self.shipped = []

@@ -120,14 +120,35 @@ class Platform(abc.ABC):
         """
         raise ValueError(f"the {self.name} platform opens no device memory of another process")
 
+    #: The largest input (bytes) whose witness is a copy; a larger one's is a fingerprint
+    #: (``platforms.fingerprint``), so that an evaluation does not hold its inputs twice.
+    witness_copy_max = 256 << 20
+
     def witness(self, tensor: Any) -> Any:
-        """What tells later whether ``tensor`` was changed (``unchanged``): here a copy of it."""
+        """What tells later whether ``tensor`` was changed (``unchanged``): a copy of it, or
+        above ``witness_copy_max`` bytes a keyed fingerprint of its bytes."""
+        if tensor.numel() * tensor.element_size() > self.witness_copy_max:
+            from platforms.fingerprint import Fingerprint
+
+            return Fingerprint.of(tensor)
         return tensor.clone()
+
+    def witness_bytes(self, tensor_bytes: int) -> int:
+        """Device memory the witness of an input of ``tensor_bytes`` holds (the memory plan's)."""
+        if tensor_bytes > self.witness_copy_max:
+            from platforms.fingerprint import scratch_bytes
+
+            return scratch_bytes()
+        return tensor_bytes
 
     def unchanged(self, witness: Any, tensor: Any) -> bool:
         """True when ``tensor`` holds, bit for bit, what it held when ``witness`` was taken."""
         import torch
 
+        from platforms.fingerprint import Fingerprint
+
+        if isinstance(witness, Fingerprint):
+            return witness.matches(tensor)
         if witness.shape != tensor.shape or witness.dtype != tensor.dtype:
             return False
         a8 = witness.contiguous().reshape(-1).view(torch.uint8)

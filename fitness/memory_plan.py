@@ -1,0 +1,70 @@
+"""What one evaluation in flight holds on the device, phase by phase.
+
+A problem at one set of shapes (``Variant``) has inputs ``I``, outputs
+``O``, the reference's scratch ``S`` (what its forward allocated besides
+them; the candidate's is taken to be the same), parameters ``P``, and the
+witnesses ``W`` the worker keeps of its inputs (a copy of a small input, a
+fingerprint of a large one: ``Platform.witness``). An evaluation goes
+through these phases, the worker (``fitness.worker``) and the evaluator
+(``fitness.evaluator``) each holding:
+
+- ``checked call``: the worker runs the candidate on its inputs
+  (I + W + O + S + P). The evaluator computes the reference's outputs on
+  its own inputs (I + O + S) meanwhile, when ``overlap`` is on; otherwise
+  first, and lets its inputs and scratch go before the worker starts, so
+  that the phase holds only the larger of the two (plus the reference's O
+  kept for the comparison).
+- ``hand-over``: the worker has dropped its inputs; the evaluator copies
+  its outputs (worker O + P, evaluator O + O).
+- ``timed run``: one timed run in the worker (I + W + O + S + P), besides
+  the runs' outputs set aside to judge after the window (``k`` x O,
+  ``fitness.window_judge``).
+- ``judging a timed run``: a checked timed run's outputs handed over (the
+  worker has dropped that run's inputs: O + P), the evaluator's copy and
+  the reference on the same inputs (O + I + O + S), besides ``k`` x O.
+
+``footprint(overlap)`` is the largest phase. Overlapping the reference with
+the candidate saves a reference's time per check; holding them one after
+the other lets about twice as many evaluations of a problem at its real
+sizes run at once (``PreparedProblem.slots_that_fit`` picks).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from fitness.problem import Problem
+from fitness.window_judge import set_aside_runs
+
+
+@dataclasses.dataclass
+class Variant:
+    """The reference at one set of shapes, and what its evaluation allocates."""
+
+    shapes: dict[str, int]
+    problem: Problem
+    model: Any
+    output_bytes: list[int]
+    input_bytes: int
+    scratch_bytes: int  # what the reference's forward allocated besides inputs and outputs (0: unknown)
+    witness_bytes: int = 0  # the worker's witnesses of the inputs (Platform.witness_bytes)
+    param_bytes: int = 0  # the model's parameters and buffers: the candidate's ModelNew holds as much
+
+    def phases(self, overlap: bool) -> dict[str, int]:
+        """Bytes held on the device in each phase of one evaluation (see the module doc)."""
+        i, s, w, p = self.input_bytes, self.scratch_bytes, self.witness_bytes, self.param_bytes
+        o = sum(self.output_bytes)
+        kept = set_aside_runs(o) * o
+        candidate = i + w + o + s + p  # one forward in the worker
+        reference = i + o + s  # one forward of the reference in the evaluator
+        return {
+            "checked call": candidate + reference if overlap else max(reference + p, candidate + o),
+            "hand-over": p + 3 * o,
+            "timed run": candidate + kept,
+            "judging a timed run": p + o + o + reference + kept,
+        }
+
+    def footprint(self, overlap: bool) -> int:
+        """The largest phase (bytes)."""
+        return max(self.phases(overlap).values())

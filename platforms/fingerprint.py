@@ -1,0 +1,95 @@
+"""A keyed fingerprint of a tensor's bytes, computed where the tensor lies.
+
+The worker keeps a witness of each input before a candidate runs, to tell
+afterwards whether the candidate changed it (``Platform.witness``). A copy
+is exact but doubles the inputs' memory, which at KernelBench's own sizes
+is gigabytes per evaluation in flight. Above ``Platform.witness_copy_max``
+the witness is this fingerprint instead: the input's bytes read as 32-bit
+words ``w[i]``, and
+
+    digest = sum over chunks c of  m_c * sum_i w[i] * k[i]   (mod 2^64)
+
+with odd weights ``k`` and odd chunk multipliers ``m_c`` drawn from a key
+the OS gives for each witness. Changing any one word changes the digest
+(an odd weight times a nonzero 32-bit difference is never 0 mod 2^64);
+changes that cancel need the key. It is computed chunk by chunk on the
+device, so it needs about ``scratch_bytes()`` of memory whatever the size.
+
+The key lives in the worker, as a copy would: a candidate able to read the
+worker's memory could rewrite either. What the witness guards against is a
+kernel that writes into its inputs, which it catches as a copy does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+from typing import Any
+
+#: 32-bit words summed at a time: 16 Mi words (a 64 MiB slice of the tensor).
+WORDS_PER_CHUNK = 1 << 24
+_MASK = (1 << 64) - 1
+
+
+def scratch_bytes(words_per_chunk: int = WORDS_PER_CHUNK) -> int:
+    """Device memory one fingerprint needs besides the tensor: the weights and one chunk, as int64."""
+    return 2 * 8 * words_per_chunk
+
+
+@dataclasses.dataclass(frozen=True)
+class Fingerprint:
+    """What a tensor held, as a digest of its bytes under ``key`` (see the module doc)."""
+
+    shape: tuple[int, ...]
+    dtype: Any
+    stride: tuple[int, ...]
+    key: int
+    digest: int
+
+    @classmethod
+    def of(cls, tensor: Any, key: int | None = None, words_per_chunk: int = WORDS_PER_CHUNK) -> "Fingerprint":
+        key = secrets.randbits(63) if key is None else key
+        return cls(tuple(tensor.shape), tensor.dtype, tuple(tensor.stride()), key,
+                   _digest(tensor, key, words_per_chunk))
+
+    def matches(self, tensor: Any, words_per_chunk: int = WORDS_PER_CHUNK) -> bool:
+        """Whether ``tensor`` holds, to the digest, what the fingerprinted tensor held."""
+        if (tuple(tensor.shape), tensor.dtype, tuple(tensor.stride())) != (self.shape, self.dtype, self.stride):
+            return False
+        return _digest(tensor, self.key, words_per_chunk) == self.digest
+
+
+def _digest(tensor: Any, key: int, words_per_chunk: int) -> int:
+    import torch
+
+    flat = tensor.detach()
+    if not flat.is_contiguous():
+        flat = flat.contiguous()
+    raw = flat.reshape(-1).view(torch.uint8)
+    n_bytes = raw.numel()
+    aligned = (flat.storage_offset() * flat.element_size()) % 4 == 0
+    n_words = n_bytes // 4 if aligned else 0
+    words = raw[: 4 * n_words].view(torch.int32) if n_words else raw[:0]
+    tail = raw[4 * n_words:]  # bytes that make no whole word (or all of them, unaligned)
+    generator = torch.Generator(device=raw.device)
+    generator.manual_seed(key)
+    # odd weights in [1, 2^62): one table for every chunk, the chunk's own multiplier on top
+    length = max(1, min(words_per_chunk, max(n_words, tail.numel())))
+    weights = torch.randint(0, 1 << 61, (length,), generator=generator, device=raw.device, dtype=torch.int64)
+    weights = weights.mul_(2).add_(1)
+    total = torch.zeros((), dtype=torch.int64, device=raw.device)
+    for c, start in enumerate(range(0, n_words, words_per_chunk)):
+        part = words[start:start + words_per_chunk].to(torch.int64)
+        part.mul_(weights[: part.numel()])
+        total.add_(part.sum().mul_(_multiplier(key, c)))
+    if tail.numel():
+        part = tail.to(torch.int64).mul_(weights[: tail.numel()])
+        total.add_(part.sum().mul_(_multiplier(key, -1)))
+    return int(total.item()) & _MASK
+
+
+def _multiplier(key: int, chunk: int) -> int:
+    """An odd 62-bit multiplier for ``chunk`` (a splitmix-style mix of key and chunk: plain Python)."""
+    z = (key * 0x9E3779B97F4A7C15 + (chunk + 2) * 0xBF58476D1CE4E5B9) & _MASK
+    z = ((z ^ (z >> 31)) * 0x94D049BB133111EB) & _MASK
+    return ((z ^ (z >> 29)) >> 2) | 1

@@ -1,0 +1,80 @@
+"""The witness of a large input: a keyed fingerprint of its bytes instead of a copy
+(platforms.fingerprint), so that an evaluation holds its inputs once, not twice."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from platforms.base import Platform
+from platforms.fingerprint import Fingerprint, scratch_bytes
+from platforms import get_platform
+
+CHUNK = 7  # words a chunk: small, so that a test tensor spans many chunks and a ragged last one
+
+
+def changed_at(tensor: torch.Tensor, index: int) -> torch.Tensor:
+    out = tensor.clone()
+    flat = out.view(-1).view(torch.uint8)
+    flat[index] ^= 1  # one bit of one byte
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64, torch.uint8])
+def test_the_same_bytes_match_and_one_flipped_bit_anywhere_does_not(dtype):
+    g = torch.Generator().manual_seed(0)
+    tensor = (torch.randn(5, 13, generator=g) * 50).to(dtype)  # 65 elements: a ragged chunk, and a tail for uint8
+    print_ = Fingerprint.of(tensor, words_per_chunk=CHUNK)
+    assert print_.matches(tensor.clone(), words_per_chunk=CHUNK)
+    n_bytes = tensor.numel() * tensor.element_size()
+    for index in sorted({0, 1, 3, 4, 27, n_bytes // 2, n_bytes - 2, n_bytes - 1}):
+        assert not print_.matches(changed_at(tensor, index), words_per_chunk=CHUNK), f"byte {index} changed unseen"
+
+
+def test_words_swapped_between_chunks_or_within_one_are_seen():
+    tensor = torch.arange(70, dtype=torch.float32)
+    print_ = Fingerprint.of(tensor, words_per_chunk=CHUNK)
+    swapped = tensor.clone()
+    swapped[[0, CHUNK]] = swapped[[CHUNK, 0]]  # the same position in two chunks
+    assert not print_.matches(swapped, words_per_chunk=CHUNK)
+    swapped = tensor.clone()
+    swapped[[1, 2]] = swapped[[2, 1]]
+    assert not print_.matches(swapped, words_per_chunk=CHUNK)
+
+
+def test_another_shape_dtype_or_layout_does_not_match():
+    tensor = torch.randn(6, 8)
+    print_ = Fingerprint.of(tensor)
+    assert print_.matches(tensor)
+    assert not print_.matches(tensor.reshape(8, 6))
+    assert not print_.matches(tensor.view(torch.int32))
+    assert not print_.matches(tensor.t().contiguous().t())  # same values, other strides
+
+
+def test_a_key_gives_one_digest_and_two_keys_two():
+    tensor = torch.randn(1000)
+    assert Fingerprint.of(tensor, key=5).digest == Fingerprint.of(tensor.clone(), key=5).digest
+    assert Fingerprint.of(tensor, key=5).digest != Fingerprint.of(tensor, key=6).digest
+
+
+def test_a_view_with_an_offset_and_a_non_contiguous_input_are_fingerprinted():
+    base = torch.randn(4, 9)
+    view = base[1:, 1:]  # an offset of 10 elements, and rows that are not contiguous
+    print_ = Fingerprint.of(view, words_per_chunk=CHUNK)
+    assert print_.matches(base.clone()[1:, 1:], words_per_chunk=CHUNK)
+    base[2, 3] += 1
+    assert not print_.matches(view, words_per_chunk=CHUNK)
+
+
+def test_the_platform_copies_small_inputs_and_fingerprints_large_ones():
+    cpu = get_platform("cpu")
+    cpu.witness_copy_max = 64  # bytes: the base platform's rule, tried on the CPU's tensors
+    small, large = torch.randn(4), torch.randn(100)
+    small_w, large_w = Platform.witness(cpu, small), Platform.witness(cpu, large)
+    assert isinstance(small_w, torch.Tensor) and isinstance(large_w, Fingerprint)
+    assert Platform.unchanged(cpu, small_w, small) and Platform.unchanged(cpu, large_w, large)
+    large[57] = -large[57] - 1
+    small[3] = -small[3] - 1
+    assert not Platform.unchanged(cpu, large_w, large) and not Platform.unchanged(cpu, small_w, small)
+    # the memory plan: a copy costs the input, a fingerprint its scratch
+    assert Platform.witness_bytes(cpu, 64) == 64 and Platform.witness_bytes(cpu, 1 << 40) == scratch_bytes()

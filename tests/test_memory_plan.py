@@ -1,0 +1,120 @@
+"""The memory plan of one evaluation (fitness.memory_plan): what each phase holds, the
+reference computed before the candidate when that lets more evaluations run at once,
+and a timed run's inputs dropped before its outputs are judged."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fitness import Evaluator, Status
+from fitness.memory_plan import Variant
+from fitness.timed_step import TimedWindow
+
+ROOT = Path(__file__).resolve().parents[1]
+SOFTMAX = ROOT / "problems" / "softmax"
+GB = 1 << 30
+
+
+def variant(i: int, o: int, s: int = 0, w: int | None = None, p: int = 0) -> Variant:
+    return Variant({}, None, None, [o], i, s, i if w is None else w, p)  # type: ignore[arg-type]
+
+
+def test_a_real_size_problem_holds_its_tensors_about_twice_not_four_times():
+    # 24_LogSoftmax at its own shapes: 6.4 GB in, 6.4 GB out (no output set aside at that size)
+    big = variant(i=6 * GB, o=6 * GB, w=GB // 4)
+    apart, together = big.footprint(overlap=False), big.footprint(overlap=True)
+    assert apart == 6 * GB + 3 * 6 * GB  # the judging of a timed run: I + 3 O (worker O, the copy, the reference)
+    assert together == 2 * 6 * GB + GB // 4 + 2 * 6 * GB  # candidate and reference at once
+    assert apart <= 2 * (6 + 6) * GB  # within twice the problem's own tensors
+    assert apart < together
+
+
+def test_each_phase_counts_what_is_alive_then():
+    v = variant(i=100, o=10, s=7, w=100, p=3)
+    k = 16  # 10-byte outputs: the most runs set aside
+    assert v.phases(overlap=True) == {
+        "checked call": (100 + 100 + 10 + 7 + 3) + (100 + 10 + 7),
+        "hand-over": 3 + 3 * 10,
+        "timed run": 100 + 100 + 10 + 7 + 3 + k * 10,
+        "judging a timed run": 3 + 10 + 10 + (100 + 10 + 7) + k * 10,
+    }
+    apart = v.phases(overlap=False)
+    assert apart["checked call"] == max(100 + 10 + 7 + 3, 100 + 100 + 10 + 7 + 3 + 10)
+    assert {k: v for k, v in apart.items() if k != "checked call"} == \
+        {k: v for k, v in v.phases(overlap=True).items() if k != "checked call"}
+
+
+@pytest.fixture()
+def softmax_evaluator():
+    with Evaluator(SOFTMAX / "reference.py", platform="cpu", shapes={"batch_size": 4, "dim": 64}) as evaluator:
+        yield evaluator
+
+
+def test_slots_stop_overlapping_only_where_that_fits_more(softmax_evaluator, monkeypatch):
+    prepared = softmax_evaluator.prepared
+    # a problem whose inputs dwarf its outputs, as the device's copy witnesses them
+    monkeypatch.setattr(prepared, "variants", lambda: [variant(i=10 * GB, o=GB, w=10 * GB)])
+    together, apart = prepared.footprint(overlap=True), prepared.footprint(overlap=False)
+    assert apart < together
+    free = {"bytes": 10 * together}
+    monkeypatch.setattr(prepared.platform, "free_memory", lambda: free["bytes"])
+    assert prepared.slots_that_fit(3) == 3 and prepared.overlap_reference
+    free["bytes"] = 2 * apart  # two apart fit, two together do not
+    assert prepared.slots_that_fit(3) == 2 and not prepared.overlap_reference
+    assert prepared.footprint() == apart
+    free["bytes"] = apart + apart // 2  # one either way: keep the faster checks
+    assert together <= free["bytes"] and prepared.slots_that_fit(3) == 1 and prepared.overlap_reference
+    free["bytes"] = 10 * together
+    assert prepared.slots_that_fit(3) == 3 and prepared.overlap_reference  # room again: overlapping again
+
+
+def test_without_overlap_the_reference_is_ready_before_the_candidate_runs(softmax_evaluator, monkeypatch):
+    evaluator = softmax_evaluator
+    evaluator.prepared.overlap_reference = False
+    seen: list[tuple[str, int]] = []  # (step, reference outputs computed by then)
+    computed = {"n": 0}
+    reference_outputs = evaluator.prepared.reference_outputs
+
+    def counted(*args, **kwargs):
+        computed["n"] += 1
+        return reference_outputs(*args, **kwargs)
+
+    step = evaluator.channel.step
+
+    def watched(message, meanwhile=None, interim=None):
+        seen.append((type(message).__name__, computed["n"], meanwhile is None))
+        return step(message, meanwhile, interim)
+
+    monkeypatch.setattr(evaluator.prepared, "reference_outputs", counted)
+    monkeypatch.setattr(evaluator.channel, "step", watched)
+    result = evaluator.evaluate((SOFTMAX / "seed.py").read_text())
+    assert result.status is Status.ACCEPTED, result.reason
+    calls = [(n, alone) for kind, n, alone in seen if kind == "Call"]
+    assert calls, seen
+    # every call step starts after its own reference, with nothing left to run meanwhile
+    assert all(alone for _, alone in calls)
+    assert [n for n, _ in calls] == list(range(1, len(calls) + 1))
+
+
+def test_a_checked_timed_runs_inputs_are_dropped_before_its_hand_over():
+    handed: list[tuple[int, int]] = []  # (run, inputs still held)
+    live: dict[int, list] = {}
+
+    def draw(seed: int):
+        args = [seed, seed + 1]
+        live[seed] = args
+        return args, [None, None]
+
+    window = TimedWindow(100, check_seed=1, checks=2, draw=draw, forward=lambda args: sum(args),
+                         changed=lambda witnesses, args: None,
+                         hand_over=lambda run, seed, outputs: handed.append((run, len(live[seed]))))
+    window.window(5)
+    for i in range(5):
+        args = window.prepare(i)
+        window.finish(i, args, window.run(i, args))
+    assert handed and all(held == 0 for _, held in handed)
+    assert {run for run, _ in handed} == window.chosen
+    unchecked = [seed for seed in live if seed - 100 not in window.chosen]
+    assert unchecked and all(len(live[seed]) == 2 for seed in unchecked)  # the others keep theirs until time_runs drops them
