@@ -6,6 +6,7 @@
 #
 #   bash bench/gpu_round.sh tests attacks          # the GPU tests, then the attack suite
 #   bash bench/gpu_round.sh confine-honest         # the suite's honest kernels under the confinement (needs numpy<2.4)
+#   bash bench/gpu_round.sh coverage               # level 1 prepared at own shapes: footprint and slots a problem
 #   bash bench/gpu_round.sh seeds sol-sweep        # kevo seed + verify at own shapes; a sweep that stops at SOL
 #   bash bench/gpu_round.sh fixtures               # Inductor's GPU output under each configuration; seed --all
 #   bash bench/gpu_round.sh stream real-size       # a 48-variant cold stream; 23_Softmax at its own shapes
@@ -50,6 +51,10 @@ sec_tests() {
 
 sec_confine_honest() {  # the suite's honest kernels under the guard and the confinement (CPU platform)
     timeout "$(left)" python3 -m pytest -q -p no:cacheprovider tests/test_confine.py -k honest
+}
+
+sec_coverage() {  # level 1 at its own shapes prepared: each problem's footprint and the evaluations at once (of 3)
+    timeout "$(left)" python3 bench/kernelbench_coverage.py "$L1" --slots 3 --out "$OUT/coverage.jsonl"
 }
 
 sec_attacks() {
