@@ -39,7 +39,7 @@ from fitness.problem import (
 )
 from fitness.refusal import out_of_memory
 from fitness.settings import DEFAULT_MAX_ABS_DIFF, EvalSettings
-from platforms import Platform, time_runs
+from platforms import Platform, PlatformUnavailable, time_runs
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +97,9 @@ class PreparedProblem:
         self.reference_path = Path(reference).resolve()
         if not self.reference_path.is_file():
             raise ProblemError(f"reference file not found: {self.reference_path}")
+        why = platform.cannot_run_kernels()
+        if why:
+            raise PlatformUnavailable(f"platform {platform.name!r}: {why}")
         self.platform = platform
         self.settings = settings or EvalSettings()
         self.timing = self.settings.timing or platform.timing

@@ -124,6 +124,10 @@ class Platform(abc.ABC):
     #: (``platforms.fingerprint``), so that an evaluation does not hold its inputs twice.
     witness_copy_max = 256 << 20
 
+    def cannot_run_kernels(self) -> str | None:
+        """Why Triton kernels cannot run on this platform as installed, or None (they can)."""
+        return None
+
     def witness(self, tensor: Any) -> Any:
         """What tells later whether ``tensor`` was changed (``unchanged``): a copy of it, or
         above ``witness_copy_max`` bytes a keyed fingerprint of its bytes."""

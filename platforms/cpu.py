@@ -33,6 +33,9 @@ class CpuPlatform(Platform):
     def available(self) -> bool:
         return True
 
+    def cannot_run_kernels(self) -> str | None:
+        return interpreter_problem()
+
     def device(self) -> str:
         return "cpu"
 
@@ -115,3 +118,32 @@ def _digest(tensor: Any) -> bytes:
 
     flat = tensor.detach().contiguous().reshape(-1).view(torch.uint8)
     return hashlib.blake2b(memoryview(flat.numpy()), digest_size=32).digest()
+
+
+def interpreter_problem() -> str | None:
+    """Why Triton's interpreter cannot run kernels with loops or reductions here, or None.
+
+    NumPy 2.4 made ``int()`` of a one-element array an error, and Triton's
+    interpreter before the fix of triton-lang/triton#9171 (Triton 3.6 has
+    it not) turns a loop bound into an index that way: every such kernel
+    fails with ``TypeError('only 0-dimensional arrays can be converted to
+    Python scalars')``, honest ones included. Told by the interpreter's own
+    code, not by version numbers."""
+    import inspect
+
+    import numpy
+    import triton
+    import triton.runtime.interpreter as interpreter
+
+    major, minor = (int(part) for part in numpy.__version__.split(".")[:2])
+    if (major, minor) < (2, 4):
+        return None
+    try:
+        unfixed = "int(self.handle.data))" in inspect.getsource(interpreter._patch_lang_tensor)
+    except (AttributeError, OSError, TypeError):
+        return None  # an interpreter laid out otherwise: nothing known against it
+    if not unfixed:
+        return None
+    return (f"Triton {triton.__version__}'s interpreter cannot run kernels with loops under numpy "
+            f"{numpy.__version__} (triton-lang/triton#9171): install numpy<2.4 (pip install 'numpy<2.4'), "
+            f"or a Triton with the fix")

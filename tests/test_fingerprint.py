@@ -78,3 +78,4 @@ def test_the_platform_copies_small_inputs_and_fingerprints_large_ones():
     assert not Platform.unchanged(cpu, large_w, large) and not Platform.unchanged(cpu, small_w, small)
     # the memory plan: a copy costs the input, a fingerprint its scratch
     assert Platform.witness_bytes(cpu, 64) == 64 and Platform.witness_bytes(cpu, 1 << 40) == scratch_bytes()
+
