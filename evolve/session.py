@@ -239,12 +239,15 @@ def _read_seeds(config: Config, run_dir: Path | None = None) -> list[str]:
     """The seeds' sources; for ``seeds: compile``, written from torch.compile's Triton now (and,
     with ``run_dir``, kept there with what Inductor wrote)."""
     if config.problem.compile_seed:
+        from evolve.capture import apart
         from evolve.capture.seed import SeedError, compile_seeds
 
         problem = config.problem
+        # a sweep's runs start in threads: their captures go to processes of their own (evolve.capture.apart)
+        capture = apart.compile_seeds_apart if apart.wanted() else compile_seeds
         try:  # one seed per distinct program of Inductor's configurations; the first is compile_seed's
-            seeds = compile_seeds(problem.reference, shapes=dict(problem.shapes), dtype=problem.dtype,
-                                  limit=config.search.max_evaluations)
+            seeds = capture(problem.reference, shapes=dict(problem.shapes), dtype=problem.dtype,
+                            limit=config.search.max_evaluations)
         except SeedError as exc:
             raise NoSeed(f"seeds: compile: {exc}") from None
         budget = config.search.max_evaluations  # the seeds are evaluated within it

@@ -1,0 +1,92 @@
+"""Seeds from torch.compile captured in a process of their own when a thread asks (a sweep's
+runs side by side): the same seeds as in process, the same errors, and the session's choice."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from evolve.capture import apart
+
+ROOT = Path(__file__).resolve().parents[1]
+GELU = ROOT / "problems" / "gelu" / "reference.py"
+
+
+def test_only_a_thread_other_than_the_main_one_captures_apart():
+    seen: list[bool] = []
+    thread = threading.Thread(target=lambda: seen.append(apart.wanted()))
+    thread.start()
+    thread.join()
+    assert apart.wanted() is False and seen == [True]
+
+
+def test_an_error_in_the_child_is_the_same_seed_error():
+    from evolve.capture.seed import SeedError
+
+    with pytest.raises(SeedError, match=r"unknown Inductor configuration\(s\) nope"):
+        apart.compile_seeds_apart(GELU, device="cpu", variants=["nope"])
+
+
+def test_a_child_that_dies_is_a_seed_error_not_a_hang(monkeypatch):
+    from evolve.capture.seed import SeedError
+
+    monkeypatch.setattr(apart.sys, "executable", "/bin/false")
+    with pytest.raises(SeedError, match="ended without seeds"):
+        apart.compile_seeds_apart(GELU, device="cpu", variants=["default"])
+
+
+@pytest.mark.slow
+def test_a_capture_apart_gives_the_seeds_a_capture_in_process_gives(tmp_path):
+    """A real CPU capture (Inductor's Triton backend under the interpreter), once apart and once here."""
+    script = f"""
+import dataclasses, json, sys
+sys.path.insert(0, {str(ROOT)!r})
+from evolve.capture.apart import compile_seeds_apart
+from evolve.capture.seed import compile_seeds
+args = dict(device="cpu", shapes={{"batch_size": 4, "dim": 64}}, variants=["default"])
+here, there = compile_seeds({str(GELU)!r}, **args), compile_seeds_apart({str(GELU)!r}, **args)
+same = [(a.source, a.kernels, a.variant, a.duplicates, a.skipped) == (b.source, b.kernels, b.variant, b.duplicates,
+        b.skipped) for a, b in zip(here, there)]
+print(json.dumps([len(here), len(there), same, there[0].kernels]))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=900, cwd=tmp_path,
+                          env={**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""})
+    assert done.returncode == 0, done.stderr[-3000:]
+    n_here, n_there, same, kernels = json.loads(done.stdout.strip().splitlines()[-1])
+    assert n_here == n_there == 1 and same == [True] and kernels
+    assert not [p for p in Path(os.environ.get("TMPDIR", "/tmp")).glob("kevo-capture-*")
+                if p.stat().st_mtime > Path(tmp_path).stat().st_mtime]  # the call's folder went with it
+
+
+def test_a_run_started_from_a_thread_captures_apart(monkeypatch, tmp_path):
+    from evolve import session
+    from evolve.capture.seed import SeedError
+
+    asked: list[str] = []
+
+    def fake(problem_path, **kwargs):
+        asked.append(threading.current_thread().name)
+        raise SeedError("stop here: the test only asks who captured")
+
+    monkeypatch.setattr(apart, "compile_seeds_apart", fake)
+    config = tmp_path / "gelu.yaml"
+    config.write_text(f"problem: {{reference: {GELU}, seeds: compile}}\nsearch: {{max_evaluations: 2}}\nplatform: cpu\n")
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            session.start_run(config, tmp_path / "run")
+        except BaseException as exc:  # noqa: BLE001  (the thread reports what ended the run)
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, name="a sweep's run")
+    thread.start()
+    thread.join(timeout=120)
+    assert asked == ["a sweep's run"]
+    assert errors and "stop here" in str(errors[0])
