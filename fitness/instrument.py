@@ -59,8 +59,19 @@ def watched_objects(torch, triton_jit, interpreter, platform) -> dict[str, tuple
     if "_do_compile" in vars(triton_jit.JITFunction):
         watched["triton JITFunction._do_compile"] = (triton_jit.JITFunction, "_do_compile")
     for method in ("clone", "cpu", "contiguous", "view", "reshape", "numpy", "detach",
-                   "to", "numel", "__getitem__", "data_ptr", "untyped_storage"):
+                   "to", "numel", "__getitem__", "data_ptr", "untyped_storage",
+                   "sum", "mul_", "add_", "item", "is_contiguous", "storage_offset", "element_size"):
         watched[f"torch.Tensor.{method}"] = (torch.Tensor, method)
+    # how an input's witness is checked: bit for bit, or by its fingerprint (platforms.fingerprint)
+    for name in ("randint", "zeros", "Generator"):
+        watched[f"torch.{name}"] = (torch, name)
+    from platforms import fingerprint
+
+    for name in vars(fingerprint):
+        if not name.startswith("__"):
+            watched[f"platforms.fingerprint.{name}"] = (fingerprint, name)
+    for method in ("matches", "__eq__", "__init__"):  # (of, a classmethod, is a new object at each lookup)
+        watched[f"Fingerprint.{method}"] = (fingerprint.Fingerprint, method)
     # watched on every platform: a CPU run must not teach a kernel to patch them
     watched["torch.cuda.synchronize"] = (torch.cuda, "synchronize")
     watched["torch.cuda.Event"] = (torch.cuda, "Event")

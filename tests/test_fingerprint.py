@@ -79,3 +79,25 @@ def test_the_platform_copies_small_inputs_and_fingerprints_large_ones():
     # the memory plan: a copy costs the input, a fingerprint its scratch
     assert Platform.witness_bytes(cpu, 64) == 64 and Platform.witness_bytes(cpu, 1 << 40) == scratch_bytes()
 
+
+
+def test_the_worker_watches_the_fingerprint_and_what_it_computes_with():
+    """A candidate that replaced what checks a large input (to hide that it wrote into it)
+    is caught by the tamper watch at the end of the step (fitness.instrument)."""
+    import triton.runtime.interpreter as interpreter
+    import triton.runtime.jit as triton_jit
+
+    from fitness.instrument import Watch, watched_objects
+    from platforms import fingerprint
+
+    watch = Watch(watched_objects(torch, triton_jit, interpreter, get_platform("cpu")))
+    assert not watch.tampered()
+    for owner, name in [(Fingerprint, "matches"), (fingerprint, "_digest"), (torch.Tensor, "item"),
+                        (torch.Tensor, "sum"), (torch, "randint"), (torch, "equal")]:
+        original = getattr(owner, name)
+        setattr(owner, name, lambda *args, **kwargs: True)
+        try:
+            assert watch.tampered(), f"{name} replaced unseen"
+        finally:
+            setattr(owner, name, original)
+        assert not watch.tampered()
