@@ -29,6 +29,7 @@ from fitness.channel import WorkerChannel
 from fitness.compare import Comparison, compare
 from fitness.lane import NoLane, TimingLane
 from fitness.memory_plan import Variant
+from platforms.device_lock import window as device_window
 from fitness.prepared import PreparedProblem
 from fitness.probes import Probe
 from fitness.profiling import profile_candidate
@@ -291,7 +292,7 @@ class Evaluator:
         # recognises inputs it has seen must not answer them from a cache.
         base_seed = secrets.randbelow(2**30)
         window = WindowJudge(base_seed, set_aside_runs(sum(self.main.output_bytes)), self._judge_run)
-        with self.lane.exclusive():
+        with self.lane.exclusive(), device_window(self.platform):  # alone on the device, across processes too
             with self._timed("reference timing"):
                 self.reference_ms()  # timed with the device to itself, like the candidate
             started = time.monotonic()

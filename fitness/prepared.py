@@ -40,6 +40,7 @@ from fitness.problem import (
 from fitness.refusal import out_of_memory
 from fitness.settings import DEFAULT_MAX_ABS_DIFF, EvalSettings
 from platforms import Platform, PlatformUnavailable, time_runs
+from platforms.device_lock import window as device_window
 
 log = logging.getLogger(__name__)
 
@@ -344,7 +345,8 @@ class PreparedProblem:
             with torch.no_grad():
                 model(*args)
 
-        timing = time_runs(self.platform, run, self.timing, prepare)
+        with device_window(self.platform):
+            timing = time_runs(self.platform, run, self.timing, prepare)
         self.overhead_ms = timing.overhead_ms
         return timing.median_ms
 

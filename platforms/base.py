@@ -124,6 +124,11 @@ class Platform(abc.ABC):
     #: (``platforms.fingerprint``), so that an evaluation does not hold its inputs twice.
     witness_copy_max = 256 << 20
 
+    def device_lock(self) -> Any:
+        """The ``platforms.device_lock.DeviceLock`` that keeps timed windows on this device apart
+        across processes, or None (nothing else times here)."""
+        return None
+
     def cannot_run_kernels(self) -> str | None:
         """Why Triton kernels cannot run on this platform as installed, or None (they can)."""
         return None

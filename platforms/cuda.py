@@ -51,6 +51,11 @@ class CudaPlatform(Platform):
 
         return torch.cuda.get_device_name(self.index)
 
+    def device_lock(self) -> Any:
+        from platforms.device_lock import DeviceLock
+
+        return DeviceLock(f"{self.name}-{device_uuid(self.index)}")
+
     def synchronize(self) -> None:
         import torch
 
@@ -225,3 +230,16 @@ def _checked_share(shared: dict[str, Any], dtype: Any, shape: list[int], produce
         raise ValueError("shared tensor: bad handle")
     return (index, handle, storage_bytes, storage_offset, counter.encode(), ref_offset,
             event, shared["event_sync"])
+
+
+def device_uuid(index: int) -> str:
+    """The device's UUID (the same whatever CUDA_VISIBLE_DEVICES numbers it), else its PCI bus
+    id, else its index."""
+    import torch
+
+    properties = torch.cuda.get_device_properties(index)
+    for attribute in ("uuid", "pci_bus_id"):
+        value = getattr(properties, attribute, None)
+        if value:
+            return str(value)
+    return str(index)

@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from platforms.base import Platform
+from platforms.device_lock import window
 from platforms.specs import lookup
 from platforms.timing import TimingSettings, time_runs
 
@@ -267,7 +268,8 @@ def measure_peaks(platform: Platform, settings: TimingSettings | None = None) ->
 
 
 def _median_ms(platform: Platform, work: Callable[[], Any], settings: TimingSettings) -> float:
-    return time_runs(platform, lambda _i, _args: work(), settings).median_ms
+    with window(platform):
+        return time_runs(platform, lambda _i, _args: work(), settings).median_ms
 
 
 def _matmul_tflops(platform: Platform, precision: str, n: int, settings: TimingSettings) -> float:

@@ -50,6 +50,7 @@ from typing import Any
 
 from fitness.problem import build_model, load_problem, make_inputs
 from platforms import get_platform, time_runs
+from platforms.device_lock import window as device_window
 
 #: Inductor configurations a problem is captured under, in the order seeds are offered:
 #: name -> ``torch._inductor.config`` settings. Each seed is named by its configuration.
@@ -144,7 +145,8 @@ def _protocol_ms(forward: Any, inputs: Any) -> float:
     are compared under one protocol; ``do_bench`` enqueues its runs back to back on one
     set of inputs, which hides the host's time between the launches of one run."""
     platform = get_platform("auto")
-    return time_runs(platform, lambda i, args: forward(args), platform.timing, inputs).median_ms
+    with device_window(platform):  # no other process's window meanwhile (platforms.device_lock)
+        return time_runs(platform, lambda i, args: forward(args), platform.timing, inputs).median_ms
 
 
 def capture(path: str | Path, device: str = "cuda", mode: str | None = None, time_it: bool = True,

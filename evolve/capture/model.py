@@ -29,6 +29,7 @@ from typing import Any
 from evolve.capture.fusion import RegionCall, find_regions, partition
 from fitness.problem import Problem, build_model
 from platforms import Platform
+from platforms.device_lock import window as device_window
 
 #: (graph index, region index): a region of one captured graph.
 Key = tuple[int, int]
@@ -243,4 +244,6 @@ def time_forward(platform: Platform, forward: Callable[..., Any], problem: Probl
         with torch.no_grad():
             return forward(*args)
 
-    return time_runs(platform, run, platform.timing, lambda i: make_inputs(problem, seed + i, platform.device())).median_ms
+    with device_window(platform):
+        return time_runs(platform, run, platform.timing,
+                         lambda i: make_inputs(problem, seed + i, platform.device())).median_ms
