@@ -44,8 +44,9 @@ _SECRET_PREFIXES = (
     "OPENROUTER_", "FIREWORKS_", "REPLICATE_", "WANDB_", "GITHUB_", "GH_", "SSH_", "GPG_",
 )
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[1])
-# A worker's directories: kevo-worker-<owner pid>-<random>, kevo-spill-<owner pid>-<random>.
-_OWNED = re.compile(r"kevo-(?:worker|spill)-(\d+)-[^/]+")
+# kevo's temporary folders, named after the process that owns them: a worker's kevo-worker-<owner pid>-<random>
+# and kevo-spill-<owner pid>-<random>, a capture's kevo-capture-<owner pid>-<random> (evolve.capture.apart).
+_OWNED = re.compile(r"kevo-(?:worker|spill|capture)-(\d+)-[^/]+")
 
 
 def worker_environment(base: dict[str, str], extra: dict[str, str]) -> dict[str, str]:

@@ -90,3 +90,19 @@ def test_a_run_started_from_a_thread_captures_apart(monkeypatch, tmp_path):
     thread.join(timeout=120)
     assert asked == ["a sweep's run"]
     assert errors and "stop here" in str(errors[0])
+
+
+def test_the_folder_of_a_capture_whose_driver_was_killed_goes_at_the_next_start(tmp_path, monkeypatch):
+    """A driver killed with SIGKILL in the middle of a capture leaves its folder: the next worker
+    to start removes it, as it removes a dead owner's worker folders (fitness.sandbox)."""
+    from fitness import sandbox
+
+    monkeypatch.setattr(sandbox.tempfile, "gettempdir", lambda: str(tmp_path))
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    left = tmp_path / f"kevo-capture-{int(dead.stdout)}-abc123"
+    left.mkdir()
+    (left / "request.json").write_text("{}")
+    ours = tmp_path / f"kevo-capture-{os.getpid()}-def456"  # this process's own: kept
+    ours.mkdir()
+    sandbox._remove_leftovers()
+    assert not left.exists() and ours.exists()

@@ -46,7 +46,8 @@ def compile_seeds_apart(problem_path: str | Path, device: str = "cuda", shapes: 
                "dtype": dtype, "variants": variants, "limit": limit}
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
-    with tempfile.TemporaryDirectory(prefix="kevo-capture-") as folder:
+    # named after this process: a driver killed meanwhile leaves it to the next start (fitness.sandbox)
+    with tempfile.TemporaryDirectory(prefix=f"kevo-capture-{os.getpid()}-") as folder:
         asked, answered = Path(folder) / "request.json", Path(folder) / "result.json"
         asked.write_text(json.dumps(request), encoding="utf-8")
         try:
