@@ -40,12 +40,14 @@ log = logging.getLogger(__name__)
 LOCK_DIR_ENV = "KEVO_LOCK_DIR"
 
 
+def cache_folder() -> Path:
+    """kevo's folder in the user's cache: ``$XDG_CACHE_HOME/kevo``, else ``~/.cache/kevo``."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kevo"
+
+
 def lock_dir() -> Path:
     named = os.environ.get(LOCK_DIR_ENV)
-    if named:
-        return Path(named).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "kevo" / "locks"
+    return Path(named).expanduser() if named else cache_folder() / "locks"
 
 
 #: Per lock file: (this process's turn for it, [its descriptor while held, how deep it is held]).

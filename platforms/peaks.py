@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from platforms.base import Platform
-from platforms.device_lock import window
+from platforms.device_lock import cache_folder, window
 from platforms.specs import lookup
 from platforms.timing import TimingSettings, time_runs
 
@@ -144,10 +144,7 @@ def datasheet_peaks(device_name: str) -> Peaks | None:
 def cache_path() -> Path:
     """Where measured peaks are kept: ``$KEVO_PEAKS_CACHE``, else the user's cache directory."""
     named = os.environ.get(CACHE_ENV)
-    if named:
-        return Path(named).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base) / "kevo" / "peaks.json"
+    return Path(named).expanduser() if named else cache_folder() / "peaks.json"
 
 
 def device_key(platform: Platform) -> str:
