@@ -23,6 +23,12 @@ if [[ -z ${KB:-} ]]; then
     if [[ -d build/kb/level1 ]]; then KB=$PWD/build/kb; else KB=$(cd .. && pwd)/shared/kernelbench; fi
 fi
 export KB
+# numpy as kevo declares it (<2.4: Triton 3.6's interpreter, which the CPU-platform tests run, fails under 2.4):
+# a wheel carried in build/np (git-ignored) goes first on the path
+if ls build/np/numpy-*.whl > /dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --target /tmp/kevo-np build/np/numpy-*.whl 2> /dev/null
+    export PYTHONPATH=/tmp/kevo-np:$PYTHONPATH
+fi
 L1=$KB/level1 L3=$KB/level3
 start=$(date +%s)
 { nvidia-smi -L; python3 -c "import torch, triton; print(torch.__version__, triton.__version__)"; git rev-parse HEAD 2>/dev/null || cat COMMIT 2>/dev/null; } > "$OUT/env.txt" 2>&1
