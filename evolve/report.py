@@ -242,6 +242,9 @@ class Outcome:
     extra_evaluations: int = 0  # granted on top of its budget (a sweep's second pass), in max_evaluations
     extra_spent: int = 0  # of those, evaluated so far
     best_ms_before_extra: float | None = None  # its best when they were granted
+    profiles: int = 0  # parents profiled (evolve.search.steering.profiling_cost)
+    profiling_s: float = 0.0  # what profiling them took, wall
+    profiling_device_s: float = 0.0  # of it, the profiled programs on the device (others' timings waited)
 
     @property
     def correct(self) -> bool:
@@ -268,8 +271,10 @@ def run_outcome(name: str, status: str, reason: str, run_dir: Path) -> Outcome:
         best, count = store.best(1), store.count()
         budget = store.config()["search"]["max_evaluations"]
         raised = [event["data"] for event in store.events(BUDGET_EVENT)]
+        profiling = profiling_cost(store.profiles())
     outcome = Outcome(name, status, reason, evaluations=count, max_evaluations=budget,
-                      at_sol=reason.startswith(AT_SOL))
+                      at_sol=reason.startswith(AT_SOL), profiles=profiling["profiles"],
+                      profiling_s=profiling["seconds"], profiling_device_s=profiling["device_s"])
     if raised:  # its budget was raised (evolve.session.raise_budget): by how much, and what it has spent
         outcome.extra_evaluations = sum(data["extra"] for data in raised)
         outcome.extra_spent = min(outcome.extra_evaluations, max(0, count - raised[0]["evaluations"]))
@@ -298,6 +303,8 @@ def sweep_summary(outcomes: list[Outcome]) -> dict[str, Any]:
     once a sweep's second pass granted them (``second_pass`` true), the shares
     granted; each run then has ``extra_evaluations`` (its share), ``extra_spent``
     (what it evaluated of it) and ``left_ms_before_extra`` beside ``left_ms``.
+    ``profiling``: the parents profiled over the sweep and what that took
+    (seconds, and of them the device's), each run's in its own fields.
     """
     n = len(outcomes)
     correct = [o for o in outcomes if o.correct]
@@ -313,6 +320,9 @@ def sweep_summary(outcomes: list[Outcome]) -> dict[str, Any]:
             "geomean_speedup_correct": geomean, "below_floor": [o.name for o in outcomes if o.below_floor],
             "saved_evaluations": saved(outcomes), "budget_shares": granted or share_saved(outcomes),
             "second_pass": bool(granted),
+            "profiling": {"profiles": sum(o.profiles for o in outcomes),
+                          "seconds": sum(o.profiling_s for o in outcomes),
+                          "device_s": sum(o.profiling_device_s for o in outcomes)},
             "runs": [{**dataclasses.asdict(o), "left_ms": o.left_ms, "left_ms_before_extra": o.left_ms_before_extra}
                      for o in outcomes]}
 
@@ -344,6 +354,10 @@ def format_sweep_summary(summary: dict[str, Any]) -> str:
         shares = ", ".join(f"{name} {n}" for name, n in summary["budget_shares"].items()) or "no run with headroom"
         lines.append(f"{summary['saved_evaluations']} evaluations saved by runs at the speed of light; "
                      f"by headroom they go to: {shares}")
+    profiling = summary.get("profiling") or {}
+    if profiling.get("profiles"):
+        lines.append(f"profiling: {profiling['profiles']} parents, {profiling['seconds']:.1f} s "
+                     f"({profiling['device_s']:.1f} s of it on the device)")
     if summary.get("below_floor"):
         lines.append(f"FLAGGED: the best of {', '.join(summary['below_floor'])} read below the floor (not a speedup)")
     return "\n".join(lines)

@@ -18,7 +18,7 @@ import yaml
 from tests.conftest import PROBLEMS, ROOT, SMALL_SHAPES
 
 from evolve.config import ConfigError
-from evolve.report import Outcome, sweep_summary
+from evolve.report import Outcome, format_sweep_summary, sweep_summary
 from evolve.session import STORE_FILE
 from evolve.sweep import SUMMARY_FILE, run_sweep
 from evolve.sweep_file import load_sweep
@@ -109,6 +109,17 @@ def test_summary_in_the_fields_terms():
     assert s["fraction_correct"] == 0.75
     assert (s["fast_1"], s["fast_1.5"], s["fast_2"]) == (0.5, 0.5, 0.25)
     assert s["geomean_speedup_correct"] == pytest.approx((2.5 * 0.8 * 1.6) ** (1 / 3))
+    assert s["profiling"] == {"profiles": 0, "seconds": 0.0, "device_s": 0.0}
+    assert "profiling" not in format_sweep_summary(s)
+
+
+def test_the_summary_says_what_profiling_cost():
+    outcomes = [Outcome("a", "finished", best_ms=1.0, speedup=2.0, profiles=3, profiling_s=4.5, profiling_device_s=1.5),
+                Outcome("b", "finished", best_ms=1.0, speedup=1.0, profiles=1, profiling_s=0.5, profiling_device_s=0.25)]
+    s = sweep_summary(outcomes)
+    assert s["profiling"] == {"profiles": 4, "seconds": 5.0, "device_s": 1.75}
+    assert [r["profiling_s"] for r in s["runs"]] == [4.5, 0.5]
+    assert "profiling: 4 parents, 5.0 s (1.8 s of it on the device)" in format_sweep_summary(s)
 
 
 @pytest.mark.slow
@@ -142,8 +153,11 @@ def test_kevo_sweep_runs_every_problem_and_resumes_after_kill_9(tmp_path):
     assert runs["000-elementwise"]["status"] == "finished" and runs["000-elementwise"]["best_ms"]
     assert runs["001-lax"]["status"] == "failed" and "cutoff" in runs["001-lax"]["reason"]
     assert runs["002-matmul"]["status"] == "finished"
+    # what profiling the parents cost, run by run from their stores, and over the sweep
+    assert summary["profiling"]["profiles"] == sum(r["profiles"] for r in summary["runs"])
     for name in ("000-elementwise", "002-matmul"):
         with RunStore.open(run_dir / name / STORE_FILE, readonly=True) as s:
+            assert runs[name]["profiles"] == len(s.profiles())
             rows = s.individuals()
             assert len(rows) == 6 and all(r.status != "pending" for r in rows)
             assert len({r.source_hash for r in rows}) == 6  # nothing evaluated twice
