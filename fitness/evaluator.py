@@ -29,7 +29,6 @@ from fitness.channel import WorkerChannel
 from fitness.compare import Comparison, compare
 from fitness.lane import NoLane, TimingLane
 from fitness.memory_plan import Variant
-from platforms.device_lock import window as device_window
 from fitness.prepared import PreparedProblem
 from fitness.probes import Probe
 from fitness.profiling import profile_candidate
@@ -43,6 +42,7 @@ from fitness.sol import judged_again, needs_second_judgement, with_floor
 from fitness.timing_checks import handed_over, timer_disagrees, trusted_timing
 from fitness.window_judge import WindowJudge, set_aside_runs
 from platforms import Platform, get_platform
+from platforms.device_lock import window as device_window
 from platforms.profiling import Profiler, profiler_for
 
 log = logging.getLogger(__name__)
@@ -142,12 +142,12 @@ class Evaluator:
                 refs.extend(self.prepared.reference_outputs(variant, seed, probe))
 
         step = Call(seed, variant.output_bytes, probe, lend=True)
+        overlap = self.prepared.overlap_reference  # read once: another slot's actor may set it meanwhile
         with self.lane.shared() as hold:
-            if not self.prepared.overlap_reference:  # one after the other: less memory (fitness.memory_plan)
+            if not overlap:  # one after the other: less memory (fitness.memory_plan)
                 reference()
                 self.platform.release_memory()  # the reference's inputs and scratch, for the worker
-            reply, outputs = self.channel.step(step, reference if self.prepared.overlap_reference else None,
-                                               self.channel.lending(hold))
+            reply, outputs = self.channel.step(step, reference if overlap else None, self.channel.lending(hold))
         if isinstance(reply, Refused):
             return reply, None
         with self._timed("compare"):

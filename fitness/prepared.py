@@ -205,9 +205,8 @@ class PreparedProblem:
         constants: list | None = None
         for seed in seeds:
             inputs = make_inputs(problem, seed, self.device)
-            input_bytes = sum(x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor))
-            witness_bytes = sum(self.platform.witness_bytes(x.numel() * x.element_size())
-                                for x in inputs if isinstance(x, torch.Tensor))
+            sizes = [x.numel() * x.element_size() for x in inputs if isinstance(x, torch.Tensor)]
+            input_bytes, witness_bytes = sum(sizes), sum(self.platform.witness_bytes(b) for b in sizes)
             before = self.platform.track_peak()
             with torch.no_grad():
                 out = model(*inputs)

@@ -33,6 +33,7 @@ from __future__ import annotations
 import abc
 from typing import Any
 
+from platforms.fingerprint import Fingerprint, scratch_bytes as fingerprint_scratch_bytes
 from platforms.timing import Events, TimingSettings
 
 
@@ -137,24 +138,18 @@ class Platform(abc.ABC):
         """What tells later whether ``tensor`` was changed (``unchanged``): a copy of it, or
         above ``witness_copy_max`` bytes a keyed fingerprint of its bytes."""
         if tensor.numel() * tensor.element_size() > self.witness_copy_max:
-            from platforms.fingerprint import Fingerprint
-
             return Fingerprint.of(tensor)
         return tensor.clone()
 
     def witness_bytes(self, tensor_bytes: int) -> int:
         """Device memory the witness of an input of ``tensor_bytes`` holds (the memory plan's)."""
         if tensor_bytes > self.witness_copy_max:
-            from platforms.fingerprint import scratch_bytes
-
-            return scratch_bytes()
+            return fingerprint_scratch_bytes()
         return tensor_bytes
 
     def unchanged(self, witness: Any, tensor: Any) -> bool:
         """True when ``tensor`` holds, bit for bit, what it held when ``witness`` was taken."""
         import torch
-
-        from platforms.fingerprint import Fingerprint
 
         if isinstance(witness, Fingerprint):
             return witness.matches(tensor)

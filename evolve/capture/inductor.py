@@ -52,15 +52,15 @@ from fitness.problem import build_model, load_problem, make_inputs
 from platforms import get_platform, time_runs
 from platforms.device_lock import window as device_window
 
+#: One capture at a time in a process: Inductor's configuration is process-wide (a variant's patch would
+#: leak into another thread's compile) and so is the profiler that times eager and compiled code. (A
+#: sweep's runs side by side capture in child processes of their own instead: evolve.capture.apart.)
+_ONE_CAPTURE = threading.Lock()
+
 #: Inductor configurations a problem is captured under, in the order seeds are offered:
 #: name -> ``torch._inductor.config`` settings. Each seed is named by its configuration.
 #: A configuration that only moves numbers (coordinate descent picks other blocks and
 #: warps) gives a duplicate where the program is the same, and is dropped then.
-#: One capture at a time in a process: Inductor's configuration is process-wide (a variant's patch would
-#: leak into another thread's compile) and so is the profiler that times eager and compiled code.
-#: Runs side by side in one sweep capture their seeds in turn; their evaluations go on meanwhile.
-_ONE_CAPTURE = threading.Lock()
-
 _TEMPLATES = {"max_autotune": True, "max_autotune_gemm_backends": "TRITON", "max_autotune_conv_backends": "TRITON"}
 VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},
