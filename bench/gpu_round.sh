@@ -9,7 +9,7 @@
 #   bash bench/gpu_round.sh coverage               # level 1 prepared at own shapes: footprint and slots a problem
 #   bash bench/gpu_round.sh seeds sol-sweep        # kevo seed + verify at own shapes; a sweep that stops at SOL
 #   bash bench/gpu_round.sh fixtures               # Inductor's GPU output under each configuration; seed --all
-#   bash bench/gpu_round.sh stream real-size       # a 48-variant cold stream; 23_Softmax at its own shapes
+#   bash bench/gpu_round.sh stream real-size       # a 48-variant cold stream; 24_LogSoftmax at its own shapes
 #   bash bench/gpu_round.sh llm busy-seq busy-side # LLM overlap; a 20-problem sweep one by one, then 3 side by side
 #   bash bench/gpu_round.sh models                 # extract, sweep and apply five level-3 models
 #
@@ -119,17 +119,26 @@ sec_stream() {  # 48 distinct softmax variants, Triton's cache emptied first, 1 
         --shape batch_size=4096 --shape dim=8192 --candidates 48 --plans 1x12 --fresh 0 --out "$OUT/stream.json"
 }
 
-sec_real_size() {  # 23_Softmax at its own shapes (4096 x 393216 fp32), profiler on: evaluations/s of kevo run
-    cat > "$OUT/softmax.yaml" <<EOF
-problem: {reference: $L1/23_Softmax.py, seeds: compile}
-search: {population_size: 4, max_evaluations: 12, seed: 0}
+sec_real_size() {  # 24_LogSoftmax at its own shapes (4096 x 393216 fp32), profiler on: evaluations/s of kevo run
+    cat > "$OUT/logsoftmax.yaml" <<EOF
+problem: {reference: $L1/24_LogSoftmax.py, seeds: compile}
+search: {population_size: 4, max_evaluations: 24, seed: 0}
 operators: {weights: {parametric_mutation: 0.7, parametric_crossover: 0.3}}
 platform: cuda
 EOF
     local t0=$(date +%s)
-    timeout "$(left)" python3 -m evolve.cli run "$OUT/softmax.yaml" --run-dir "$OUT/softmax"
+    timeout "$(left)" python3 -m evolve.cli run "$OUT/logsoftmax.yaml" --run-dir "$OUT/logsoftmax"
     echo "kevo run wall $(( $(date +%s) - t0 )) s"
-    timeout 60 python3 -m evolve.cli report "$OUT/softmax" > "$OUT/softmax_report.txt"
+    timeout 60 python3 -m evolve.cli report "$OUT/logsoftmax" > "$OUT/logsoftmax_report.txt"
+    python3 - "$OUT/logsoftmax/run.sqlite" <<'EOF'  # the pace once evaluations land: first to last result
+import sqlite3, sys
+db = sqlite3.connect(sys.argv[1])
+n, first, last, made = db.execute("SELECT count(*), min(finished_at), max(finished_at), min(created_at)"
+                                  " FROM individuals WHERE finished_at IS NOT NULL").fetchone()
+print(f"{n} results; first {first - made:.1f} s after the first candidate; "
+      f"then {(n - 1) / max(last - first, 1e-9):.2f} evaluations/s over {last - first:.1f} s")
+print("profiles", db.execute("SELECT count(*) FROM profiles").fetchone()[0])
+EOF
 }
 
 sec_llm() {  # evaluators' busy share while a loopback model answers after 10 s
@@ -156,7 +165,7 @@ sec_busy_seq() {
 
 sec_busy_side() {
     busy_sweep
-    timeout "$(left)" python3 bench/sweep_busy.py --sweep "$OUT/busy_sweep.yaml" --side-by-side 3
+    timeout "$(left)" python3 bench/sweep_busy.py --sweep "$OUT/busy_sweep.yaml" --side-by-side 8 4
 }
 
 sec_models() {  # whole models: extract at own shapes, sweep the regions, put the best kernels back
