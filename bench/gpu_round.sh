@@ -9,11 +9,16 @@
 #   bash bench/gpu_round.sh coverage               # level 1 prepared at own shapes: footprint and slots a problem
 #   bash bench/gpu_round.sh seeds sol-sweep        # kevo seed + verify at own shapes; a sweep that stops at SOL
 #   bash bench/gpu_round.sh fixtures               # Inductor's GPU output under each configuration; seed --all
-#   bash bench/gpu_round.sh stream real-size       # a 48-variant cold stream; 24_LogSoftmax at its own shapes
+#   bash bench/gpu_round.sh stream real-size       # a 48-variant cold stream; 23_Softmax at its own shapes
 #   bash bench/gpu_round.sh llm busy-seq busy-side # LLM overlap; a 20-problem sweep one by one, then 3 side by side
-#   bash bench/gpu_round.sh models                 # extract, sweep and apply five level-3 models
+#   bash bench/gpu_round.sh models                 # extract, sweep and apply five level-3 models (MODELS, MODEL_EVALS)
+#   bash bench/gpu_round.sh extract                # kevo extract over every level-3 model
 #
-# SECTION_S (default 540) bounds each section; ROUND_S (default 580) the whole call.
+# SECTION_S (default 540) bounds each section; ROUND_S (default 580) the whole call. PACK=FILE.tgz
+# packs $OUT into one archive after every section (a device call brings back only a few files;
+# with OUT outside the folder it brings back and PACK inside it, a call cut short keeps the archive):
+#
+#   OUT=/tmp/round PACK=$OUT_OF_THE_CALL/round.tgz bash bench/gpu_round.sh coverage stream
 set -u
 OUT=${OUT:-runs/gpu-round}
 mkdir -p "$OUT"
@@ -48,6 +53,12 @@ section() {  # name: runs the section, logs its time and exit code
     "sec_${name//-/_}" > "$OUT/$name.log" 2>&1
     rc=$?
     echo "== $name rc=$rc in $(( $(date +%s) - t0 )) s" >> "$OUT/round.log"
+    pack
+}
+
+pack() {  # $OUT as one archive at $PACK, replaced whole (never half written)
+    [[ -n ${PACK:-} ]] || return 0
+    tar czf "$PACK.part" -C "$OUT" . 2> /dev/null && mv "$PACK.part" "$PACK"
 }
 
 sec_tests() {
@@ -119,18 +130,18 @@ sec_stream() {  # 48 distinct softmax variants, Triton's cache emptied first, 1 
         --shape batch_size=4096 --shape dim=8192 --candidates 48 --plans 1x12 --fresh 0 --out "$OUT/stream.json"
 }
 
-sec_real_size() {  # 24_LogSoftmax at its own shapes (4096 x 393216 fp32), profiler on: evaluations/s of kevo run
-    cat > "$OUT/logsoftmax.yaml" <<EOF
-problem: {reference: $L1/24_LogSoftmax.py, seeds: compile}
+sec_real_size() {  # 23_Softmax at its own shapes (4096 x 393216 fp32; 24_LogSoftmax of the issue is held back), profiler on: evaluations/s of kevo run
+    cat > "$OUT/softmax.yaml" <<EOF
+problem: {reference: $L1/23_Softmax.py, seeds: compile}
 search: {population_size: 4, max_evaluations: 24, seed: 0}
 operators: {weights: {parametric_mutation: 0.7, parametric_crossover: 0.3}}
 platform: cuda
 EOF
     local t0=$(date +%s)
-    timeout "$(left)" python3 -m evolve.cli run "$OUT/logsoftmax.yaml" --run-dir "$OUT/logsoftmax"
+    timeout "$(left)" python3 -m evolve.cli run "$OUT/softmax.yaml" --run-dir "$OUT/softmax"
     echo "kevo run wall $(( $(date +%s) - t0 )) s"
-    timeout 60 python3 -m evolve.cli report "$OUT/logsoftmax" > "$OUT/logsoftmax_report.txt"
-    python3 - "$OUT/logsoftmax/run.sqlite" <<'EOF'  # the pace once evaluations land: first to last result
+    timeout 60 python3 -m evolve.cli report "$OUT/softmax" > "$OUT/softmax_report.txt"
+    python3 - "$OUT/softmax/run.sqlite" <<'EOF'  # the pace once evaluations land: first to last result
 import sqlite3, sys
 db = sqlite3.connect(sys.argv[1])
 n, first, last, made = db.execute("SELECT count(*), min(finished_at), max(finished_at), min(created_at)"
@@ -160,23 +171,38 @@ EOF
 
 sec_busy_seq() {
     busy_sweep
-    timeout "$(left)" python3 bench/sweep_busy.py --sweep "$OUT/busy_sweep.yaml" --side-by-side 1
+    timeout "$(left)" python3 bench/sweep_busy.py --sweep "$OUT/busy_sweep.yaml" --side-by-side 1 \
+        --run-dir "$OUT/busy-seq"
 }
 
 sec_busy_side() {
     busy_sweep
-    timeout "$(left)" python3 bench/sweep_busy.py --sweep "$OUT/busy_sweep.yaml" --side-by-side 8 4
+    timeout "$(left)" python3 bench/sweep_busy.py --sweep "$OUT/busy_sweep.yaml" --side-by-side 8 4 \
+        --run-dir "$OUT/busy-side"
 }
 
-sec_models() {  # whole models: extract at own shapes, sweep the regions, put the best kernels back
+sec_models() {  # whole models: extract at own shapes, sweep the regions (MODEL_EVALS each), put the best kernels back
     local m
-    for m in 1_MLP 3_DeepNarrowMLP 11_VGG16 19_MobileNetV1 43_MinGPTCausalAttention; do
+    for m in ${MODELS:-1_MLP 3_DeepNarrowMLP 11_VGG16 19_MobileNetV1 43_MinGPTCausalAttention}; do
         timeout "$(left)" python3 -m evolve.cli extract "$L3/$m.py" -o "$OUT/models/$m" --device cuda --json \
             > "$OUT/models_$m.extract.json" || continue
+        sed -i -E "s/population_size: [0-9]+/population_size: 4/; s/max_evaluations: [0-9]+/max_evaluations: ${MODEL_EVALS:-12}/" \
+            "$OUT/models/$m/sweep.yaml"
         timeout "$(left)" python3 -m evolve.cli sweep "$OUT/models/$m/sweep.yaml" --run-dir "$OUT/models/$m/sweep" \
             --json > "$OUT/models_$m.sweep.json"
         timeout "$(left)" python3 -m evolve.cli apply "$L3/$m.py" "$OUT/models/$m/sweep" --device cuda --json \
             > "$OUT/models_$m.apply.json"
+        pack
+    done
+}
+
+sec_extract() {  # kevo extract alone over level-3 models at their own shapes: regions and the share they cover
+    local f m
+    for f in "$L3"/*.py; do
+        m=$(basename "$f" .py)
+        timeout "$(left)" python3 -m evolve.cli extract "$f" -o "$OUT/extract/$m" --device cuda --json \
+            > "$OUT/extract_$m.json"
+        echo "$m rc=$?" >> "$OUT/extract.log"
     done
 }
 
@@ -188,4 +214,5 @@ for name in "$@"; do
     section "$name"
 done
 echo "round done in $(( $(date +%s) - start )) s" >> "$OUT/round.log"
-ls /tmp | grep -c '^kevo-' >> "$OUT/round.log"
+echo "kevo's temporary folders left: $(ls /tmp | grep -c '^kevo-')" >> "$OUT/round.log"
+pack

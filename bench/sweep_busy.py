@@ -35,7 +35,8 @@ sys.path.insert(0, str(ROOT))
 
 import yaml  # noqa: E402
 
-from evolve.sweep import run_sweep  # noqa: E402
+from evolve.report import Outcome  # noqa: E402
+from evolve.sweep import SweepObserver, run_sweep  # noqa: E402
 from evolve.sweep_file import Entry, load_sweep  # noqa: E402
 
 PROBLEMS = ROOT / "problems"
@@ -65,10 +66,22 @@ def cpu_sweep(path: Path, problems: int, evals: int, actors: int, seed: int) -> 
     return path
 
 
+class Ends(SweepObserver):
+    """One line on stderr as each run ends (seconds since the sweep began): a measurement cut
+    short still says how far it got."""
+
+    def __init__(self, began: float) -> None:
+        self.began = began
+
+    def ended(self, outcome: Outcome) -> None:
+        print(f"[{time.monotonic() - self.began:6.1f} s] {outcome.name}: {outcome.status}, "
+              f"{outcome.evaluations} evaluation(s)", file=sys.stderr, flush=True)
+
+
 def measure(entries: list[Entry], side_by_side: int, out: Path) -> dict:
     entries = [dataclasses.replace(e, side_by_side=side_by_side) for e in entries]
     began = time.monotonic()
-    outcomes = run_sweep(entries, out)
+    outcomes = run_sweep(entries, out, observer=Ends(began))
     wall = time.monotonic() - began
     usage = json.loads((out / "summary.json").read_text()).get("evaluators") or {}
     return {"side_by_side": side_by_side, "runs": len(entries), "wall_s": round(wall, 1),
@@ -85,6 +98,8 @@ def main() -> int:
     parser.add_argument("--evals", type=int, default=4, help="evaluations per run of the CPU sweep (default 4)")
     parser.add_argument("--actors", type=int, default=2, help="CPU actors of the CPU sweep (default 2)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--run-dir", type=Path, help="keep each measurement's sweep in DIR/side-by-side-N "
+                        "(default: a temporary folder, removed at the end)")
     parser.add_argument("--side-by-side", type=int, nargs="+", default=[1, 3], metavar="N",
                         help="runs at once, one measurement each (default: 1 3)")
     args = parser.parse_args()
@@ -94,7 +109,7 @@ def main() -> int:
         entries = load_sweep(sweep)
         rows = []
         for n in args.side_by_side:
-            rows.append(measure(entries, n, Path(tmp) / f"side-by-side-{n}"))
+            rows.append(measure(entries, n, (args.run_dir or Path(tmp)) / f"side-by-side-{n}"))
             print(json.dumps(rows[-1]), flush=True)
     print("\n| side by side | runs | wall s | busy share | evaluations | finished |\n|---|---|---|---|---|---|")
     for r in rows:

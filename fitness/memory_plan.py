@@ -23,6 +23,11 @@ through these phases, the worker (``fitness.worker``) and the evaluator
   worker has dropped that run's inputs: O + P), the evaluator's copy and
   the reference on the same inputs (O + I + O + S), besides ``k`` x O.
 
+A held-out shape is only checked, never timed: its evaluation goes through
+the first two phases alone (``timed=False``), and a grown held-out shape
+(up to 130% of every size, so up to about 3 times the main shapes' bytes
+for a problem of four sizes) counts for no more than that.
+
 ``footprint(overlap)`` is the largest phase. Overlapping the reference with
 the candidate saves a reference's time per check; holding them one after
 the other lets about twice as many evaluations of a problem at its real
@@ -51,20 +56,22 @@ class Variant:
     witness_bytes: int = 0  # the worker's witnesses of the inputs (Platform.witness_bytes)
     param_bytes: int = 0  # the model's parameters and buffers: the candidate's ModelNew holds as much
 
-    def phases(self, overlap: bool) -> dict[str, int]:
-        """Bytes held on the device in each phase of one evaluation (see the module doc)."""
+    def phases(self, overlap: bool, timed: bool = True) -> dict[str, int]:
+        """Bytes held on the device in each phase of one evaluation (see the module doc); a variant
+        that is only checked (``timed=False``: a held-out shape) has the first two."""
         i, s, w, p = self.input_bytes, self.scratch_bytes, self.witness_bytes, self.param_bytes
         o = sum(self.output_bytes)
         kept = set_aside_runs(o) * o
         candidate = i + w + o + s + p  # one forward in the worker
         reference = i + o + s  # one forward of the reference in the evaluator
-        return {
+        checked = {
             "checked call": candidate + reference if overlap else max(reference + p, candidate + o),
             "hand-over": p + 3 * o,
-            "timed run": candidate + kept,
-            "judging a timed run": p + o + o + reference + kept,
         }
+        if not timed:
+            return checked
+        return {**checked, "timed run": candidate + kept, "judging a timed run": p + o + o + reference + kept}
 
-    def footprint(self, overlap: bool) -> int:
+    def footprint(self, overlap: bool, timed: bool = True) -> int:
         """The largest phase (bytes)."""
-        return max(self.phases(overlap).values())
+        return max(self.phases(overlap, timed).values())

@@ -356,10 +356,12 @@ class PreparedProblem:
 
     def footprint(self, overlap: bool | None = None) -> int:
         """Bytes of device memory one evaluation in flight needs at most: its largest phase
-        (``fitness.memory_plan``) at the largest variant checked, plus a process's own
-        overhead; ``overlap`` as the checks run now unless given."""
+        (``fitness.memory_plan``) over the variants it goes through (the main shapes checked
+        and timed, each held-out shape only checked), plus a process's own overhead;
+        ``overlap`` as the checks run now unless given."""
         overlap = self.overlap_reference if overlap is None else overlap
-        return max(v.footprint(overlap) for v in self.variants()) + self.platform.process_overhead_bytes
+        return (max(v.footprint(overlap, timed=v is self.main) for v in self.variants())
+                + self.platform.process_overhead_bytes)
 
     def slots_that_fit(self, wanted: int) -> int:
         """How many of ``wanted`` evaluations at once fit in the device's free memory (at least 1:

@@ -46,6 +46,31 @@ def test_each_phase_counts_what_is_alive_then():
         {k: v for k, v in v.phases(overlap=True).items() if k != "checked call"}
 
 
+def test_a_held_out_shape_is_only_checked_so_it_counts_the_checks_phases():
+    v = variant(i=100, o=10, s=7, w=100, p=3)
+    for overlap in (True, False):
+        checked = v.phases(overlap, timed=False)
+        assert checked == {k: n for k, n in v.phases(overlap).items() if k in ("checked call", "hand-over")}
+        assert v.footprint(overlap, timed=False) == max(checked.values())
+
+
+def test_a_grown_held_out_shape_no_longer_counts_as_if_it_were_timed(softmax_evaluator, monkeypatch):
+    # 87_conv_pointwise_2D at its own shapes: 4 GB in, 8 GB out; its grown held-out shape
+    # (every size up to 130%) is 2.86 times as large. Timed, that variant would need the judging
+    # phase's I + 3 O at its size (80 GB: one evaluation at once on an H200); it is only checked.
+    prepared = softmax_evaluator.prepared
+    main = variant(i=4 * GB, o=8 * GB, w=GB // 4)
+    grown = variant(i=int(2.86 * 4 * GB), o=int(2.86 * 8 * GB), w=GB // 4)
+    monkeypatch.setattr(prepared, "main", main)
+    monkeypatch.setattr(prepared, "variants", lambda: [main, grown])
+    overhead = prepared.platform.process_overhead_bytes
+    apart = prepared.footprint(overlap=False) - overhead
+    assert apart == max(main.footprint(False), grown.footprint(False, timed=False))
+    assert apart == grown.phases(False)["hand-over"] < grown.footprint(False)  # the worker's O, its copy, the reference
+    monkeypatch.setattr(prepared.platform, "free_memory", lambda: 139 * GB)
+    assert prepared.slots_that_fit(3) == 2  # timed, the grown shape would have left room for 1
+
+
 @pytest.fixture()
 def softmax_evaluator():
     with Evaluator(SOFTMAX / "reference.py", platform="cpu", shapes={"batch_size": 4, "dim": 64}) as evaluator:
@@ -55,14 +80,16 @@ def softmax_evaluator():
 def test_slots_stop_overlapping_only_where_that_fits_more(softmax_evaluator, monkeypatch):
     prepared = softmax_evaluator.prepared
     # a problem whose inputs dwarf its outputs, as the device's copy witnesses them
-    monkeypatch.setattr(prepared, "variants", lambda: [variant(i=10 * GB, o=GB, w=10 * GB)])
+    big = variant(i=10 * GB, o=GB, w=10 * GB)
+    monkeypatch.setattr(prepared, "main", big)
+    monkeypatch.setattr(prepared, "variants", lambda: [big])
     together, apart = prepared.footprint(overlap=True), prepared.footprint(overlap=False)
     assert apart < together
     free = {"bytes": 10 * together}
     monkeypatch.setattr(prepared.platform, "free_memory", lambda: free["bytes"])
     assert prepared.slots_that_fit(3) == 3 and prepared.overlap_reference
     free["bytes"] = 2 * apart  # two apart fit, two together do not
-    assert prepared.slots_that_fit(3) == 2 and not prepared.overlap_reference
+    assert prepared.slots_that_fit(3) == 2  # timed, the grown shape would have left room for 1
     assert prepared.footprint() == apart
     free["bytes"] = apart + apart // 2  # one either way: keep the faster checks
     assert together <= free["bytes"] and prepared.slots_that_fit(3) == 1 and prepared.overlap_reference
