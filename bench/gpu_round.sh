@@ -10,6 +10,7 @@
 #   bash bench/gpu_round.sh seeds sol-sweep        # kevo seed + verify at own shapes; a sweep that stops at SOL
 #   bash bench/gpu_round.sh fixtures               # Inductor's GPU output under each configuration; seed --all
 #   bash bench/gpu_round.sh stream real-size       # a 48-variant cold stream; 23_Softmax at its own shapes
+#   bash bench/gpu_round.sh breakdown              # where an evaluation's time goes, at real size and cold
 #   bash bench/gpu_round.sh llm busy-seq busy-side # LLM overlap; a 20-problem sweep one by one, then 3 side by side
 #   bash bench/gpu_round.sh models                 # extract, sweep and apply five level-3 models (MODELS, MODEL_EVALS)
 #   bash bench/gpu_round.sh extract                # kevo extract over every level-3 model
@@ -150,6 +151,19 @@ print(f"{n} results; first {first - made:.1f} s after the first candidate; "
       f"then {(n - 1) / max(last - first, 1e-9):.2f} evaluations/s over {last - first:.1f} s")
 print("profiles", db.execute("SELECT count(*) FROM profiles").fetchone()[0])
 EOF
+}
+
+sec_breakdown() {  # where one evaluation's time goes: 23_Softmax at its own shapes, then the stream's variants cold
+    cat > "$OUT/breakdown.yaml" <<EOF
+problem: {reference: $L1/23_Softmax.py, seeds: [$PWD/problems/softmax/seed.py]}
+operators:
+  space: {softmax_kernel.BLOCK_SIZE: [2048, 4096, 8192, 16384], softmax_kernel.num_warps: [4, 8, 16]}
+platform: cuda
+EOF
+    timeout "$(left)" python3 bench/eval_breakdown.py --config "$OUT/breakdown.yaml" --repeats 3 \
+        --out "$OUT/breakdown_real_size.json"
+    TRITON_CACHE_DIR=$(mktemp -d) timeout "$(left)" python3 bench/eval_breakdown.py --config configs/softmax.yaml \
+        --shape batch_size=4096 --shape dim=8192 --repeats 6 --out "$OUT/breakdown_stream.json"
 }
 
 sec_llm() {  # evaluators' busy share while a loopback model answers after 10 s
