@@ -255,7 +255,7 @@ class _Session:
 
     def profile(self, target: ProfileShape) -> ProfileRecord:
         runs, warmup, dtype = self.run
-        with tempfile.TemporaryDirectory(prefix="kevo-profile-") as tmp:
+        with tempfile.TemporaryDirectory(prefix=f"kevo-profile-{os.getpid()}-") as tmp:
             candidate = Path(tmp, "candidate.py")
             candidate.write_text(self.source, encoding="utf-8")
             gate = Path(tmp, "gate")

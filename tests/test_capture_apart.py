@@ -106,3 +106,28 @@ def test_the_folder_of_a_capture_whose_driver_was_killed_goes_at_the_next_start(
     ours.mkdir()
     sandbox._remove_leftovers.__wrapped__()  # what a process's first worker runs (once: functools.cache)
     assert not left.exists() and ours.exists()
+
+
+def test_profile_and_apply_folders_of_a_killed_process_go_at_the_next_start(tmp_path, monkeypatch):
+    """Seen on the H200: processes stopped by a time limit left kevo-profile-, kevo-ncu- and
+    kevo-apply- folders behind. They are named after their owner now, and go like a worker's."""
+    import tempfile
+
+    from evolve.capture import apply as apply_module
+    from fitness import profiling, sandbox
+    from platforms.profiling import profilers
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = int(subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True).stdout)
+    made = []
+    for module, kind in ((profiling, "profile"), (profilers, "ncu"), (profilers, "rocprof"), (apply_module, "apply")):
+        assert f'prefix=f"kevo-{kind}-{{os.getpid()}}-"' in Path(module.__file__).read_text()
+        left = tmp_path / f"kevo-{kind}-{dead}-xyz"
+        left.mkdir()
+        (left / "report.ncu-rep").write_text("")
+        made.append(left)
+    with tempfile.TemporaryDirectory(prefix=f"kevo-ncu-{os.getpid()}-") as ours:
+        sandbox._remove_leftovers.__wrapped__()
+        assert Path(ours).exists()  # a live owner's folder stays
+    assert not [p for p in made if p.exists()]

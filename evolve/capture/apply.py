@@ -254,7 +254,7 @@ def apply(model_path: str | Path, sweep_dir: str | Path, device: str = "auto", m
         raise CaptureError(f"{sweep_dir}: no region has an accepted kernel yet (see 'kevo report {sweep_dir}')")
     problem = load_problem(model_path, manifest.shapes)
     platform = get_platform(device)
-    with _kernel_env(platform), tempfile.TemporaryDirectory(prefix="kevo-apply-") as tmp:
+    with _kernel_env(platform), tempfile.TemporaryDirectory(prefix=f"kevo-apply-{os.getpid()}-") as tmp:
         try:
             classes = {name: _load_kernel(kernel, Path(tmp)) for name, kernel in kernels.items()}
             patched = capture(problem, platform)

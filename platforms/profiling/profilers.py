@@ -125,7 +125,7 @@ class NcuProfiler(Profiler):
         return self._version
 
     def _profile(self, command, env, kernel_filter, timeout_s, workload) -> ProfileRecord:
-        with tempfile.TemporaryDirectory(prefix="kevo-ncu-") as tmp:
+        with tempfile.TemporaryDirectory(prefix=f"kevo-ncu-{os.getpid()}-") as tmp:
             report = os.path.join(tmp, "profile")
             profile_argv, export_argv = ncu_commands(self.binary, report, command, kernel_filter,
                                                      self.launch_count)
@@ -186,7 +186,7 @@ class RocprofProfiler(Profiler):
     def _run(self, flavour, binary, command, env, kernel_filter, timeout_s, workload) -> ProfileRecord:
         specs = lookup(workload.device_name)
         notes = [f"fell back from {failure}" for failure in self.failures]
-        with tempfile.TemporaryDirectory(prefix="kevo-rocprof-") as tmp:
+        with tempfile.TemporaryDirectory(prefix=f"kevo-rocprof-{os.getpid()}-") as tmp:
             trace_dir = Path(tmp, "trace")
             trace_dir.mkdir()
             run_tool(trace_command(flavour, binary, str(trace_dir), command, kernel_filter), env, timeout_s, cwd=tmp)
