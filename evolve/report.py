@@ -25,6 +25,7 @@ from rich.table import Table
 
 from evolve.budget import saved, share_saved
 from evolve.report_sol import compiled_ms, sol_figures, sol_lines, standing
+from evolve.report_time import evaluation_time, time_line
 from evolve.search.loop import AT_SOL, STATE_KEY
 from evolve.search.steering import FALLBACK_EVENT, profiling_cost, profiling_line, selector_table
 from evolve.search.variation import FAILED_EVENT
@@ -49,7 +50,8 @@ def build_report(store: RunStore, run_dir: Path) -> dict[str, Any]:
     found (``evolve.search.confirm``), else ``unconfirmed`` says why not;
     ``within_noise``: the next kernels the best is not faster than beyond their
     spreads; ``confinement``: what the OS held the workers to; ``profiling``: what profiling the
-    parents cost (``evolve.search.steering.profiling_cost``).
+    parents cost (``evolve.search.steering.profiling_cost``); ``evaluation_time``: where the
+    evaluations' time went, and the pace (``evolve.report_time``).
     """
     config = store.config()
     counts = store.status_counts()
@@ -75,6 +77,7 @@ def build_report(store: RunStore, run_dir: Path) -> dict[str, Any]:
         "operators_by_class": selector_table((store.get_state(STATE_KEY) or {}).get("selector")),
         "profiler": [e["data"]["reason"] for e in store.events(FALLBACK_EVENT)],
         "profiling": profiling_cost(store.profiles()),
+        "evaluation_time": evaluation_time(store.individuals()),
     }
 
 
@@ -128,6 +131,8 @@ def print_report(report: dict[str, Any], console: Console) -> None:
     for reason in report.get("profiler", []):
         console.print(f"profiler   analytic roofline: {reason}", highlight=False)
     if line := profiling_line(report.get("profiling")):
+        console.print(line, highlight=False)
+    if line := time_line(report.get("evaluation_time")):
         console.print(line, highlight=False)
     if report.get("llm_usage", {}).get("requests") or report.get("llm_failed_proposals"):
         console.print(f"llm        {format_usage(report['llm_usage'])}; "

@@ -124,7 +124,7 @@ class Evaluator:
         self.channel.loaded = None
         step = Load(source, str(self.prepared.reference_path), variant.shapes, self.settings.init_seed,
                     self.prepared.dtype, lend=True)
-        with self.lane.shared() as hold:
+        with self._waiting("wait: lane", self.lane.shared()) as hold:
             reply, _ = self.channel.step(step, interim=self.channel.lending(hold))
         if not isinstance(reply, Refused):
             self.channel.loaded = variant
@@ -143,7 +143,7 @@ class Evaluator:
 
         step = Call(seed, variant.output_bytes, probe, lend=True)
         overlap = self.prepared.overlap_reference  # read once: another slot's actor may set it meanwhile
-        with self.lane.shared() as hold:
+        with self._waiting("wait: lane", self.lane.shared()) as hold:
             if not overlap:  # one after the other: less memory (fitness.memory_plan)
                 reference()
                 self.platform.release_memory()  # the reference's inputs and scratch, for the worker
@@ -173,6 +173,7 @@ class Evaluator:
             self.platform.release_memory(keep_bytes=RELEASE_ABOVE)
             self.walls["total"] = time.monotonic() - started
         result.confinement = self.channel.confinement()  # of the worker that judged it
+        result.walls_s = {part: round(seconds, 4) for part, seconds in self.walls.items()}
         return result
 
     def _judge(self, source: str, base: dict[str, Any]) -> EvalResult:
@@ -292,15 +293,17 @@ class Evaluator:
         # recognises inputs it has seen must not answer them from a cache.
         base_seed = secrets.randbelow(2**30)
         window = WindowJudge(base_seed, set_aside_runs(sum(self.main.output_bytes)), self._judge_run)
-        with self.lane.exclusive(), device_window(self.platform):  # alone on the device, across processes too
+        with self._waiting("wait: lane", self.lane.exclusive()), \
+                self._waiting("wait: device lock", device_window(self.platform)):  # alone, across processes too
             with self._timed("reference timing"):
                 self.reference_ms()  # timed with the device to itself, like the candidate
             started = time.monotonic()
             reply = self._timed_window(window, n_checks)
             wall_s = time.monotonic() - started
+            self.walls["window"] += wall_s
         if window.set_aside:
-            with self.lane.shared():  # the runs set aside, judged with the device shared again
-                window.finish()
+            with self._waiting("wait: lane", self.lane.shared()), self._timed("judging set aside"):
+                window.finish()  # the runs set aside, judged with the device shared again
         failure = window.failure()
         if failure is not None:
             run, verdict = failure
@@ -357,6 +360,14 @@ class Evaluator:
                                    device_name=self.channel.device_name(), dtype=self.prepared.dtype,
                                    exclusive=self.lane.exclusive)
         return record.to_dict()
+
+    @contextlib.contextmanager
+    def _waiting(self, part: str, lock: contextlib.AbstractContextManager[Any]) -> Iterator[Any]:
+        """``lock`` held for the block; the time taken to get it counted under ``part``."""
+        started = time.monotonic()
+        with lock as held:
+            self.walls[part] += time.monotonic() - started
+            yield held
 
     @contextlib.contextmanager
     def _timed(self, part: str) -> Iterator[None]:

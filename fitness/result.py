@@ -69,6 +69,9 @@ class EvalResult:
     floor: dict[str, Any] | None = None
     below_floor: bool = False
     below_floor_reason: str = ""
+    # where the evaluation's wall time went, in seconds (fitness.evaluator: the worker's steps, the
+    # reference's outputs, the comparisons, the waits for the timing lane and the device's lock)
+    walls_s: dict[str, float] | None = None
 
     @property
     def accepted(self) -> bool:

@@ -319,6 +319,10 @@ platform: cpu
         # the CPU has no hardware profiler: the parents' roofline fallback is recorded once
         assert [e["kind"] for e in store.events()] == ["started", "profiler_fallback", "stopped"]
         assert store.config()["problem"]["shapes"] == {"batch_size": 4, "dim": 100}
+        # where the evaluations' time went: every verdict carries its parts, the report their medians
+        timing = report["evaluation_time"]
+        assert timing["evaluations"] == 9 and timing["pace_per_s"] > 0
+        assert {"total", "step call", "step time", "window", "wait: lane"} <= set(timing["median_s"])
 
 
 class PoolDispatcher(InProcessDispatcher):

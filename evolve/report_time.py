@@ -1,0 +1,51 @@
+"""Where a run's evaluation time went, from the verdicts in its store.
+
+Every verdict carries ``walls_s`` (``fitness.result.EvalResult``): the
+seconds its evaluation spent in each part (the worker's steps, the
+reference's outputs, the comparisons, the timed window, and the waits for
+the device's timing lane and its lock across processes). The report gives
+the median of each part over the run's evaluations, and the pace: results
+per second from the first result to the last.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from population_store import PENDING, Individual
+
+#: The parts the report's line names, largest first; the rest are in the JSON.
+SHOWN = 6
+
+
+def evaluation_time(individuals: list[Individual]) -> dict[str, Any] | None:
+    """``{"evaluations", "median_s": {part: s}, "pace_per_s"}`` over the finished individuals that
+    carry ``walls_s``; None where none does (a store written before verdicts carried it)."""
+    finished = [i for i in individuals if i.status != PENDING and i.result]
+    walls = [i.result["walls_s"] for i in finished if isinstance(i.result.get("walls_s"), dict)]
+    if not walls:
+        return None
+    parts = sorted({part for w in walls for part in w})
+    median = {part: statistics.median(w.get(part, 0.0) for w in walls) for part in parts}
+    ends = sorted(i.finished_at for i in finished if i.finished_at)
+    pace = (len(ends) - 1) / (ends[-1] - ends[0]) if len(ends) > 1 and ends[-1] > ends[0] else None
+    return {"evaluations": len(walls), "median_s": median, "pace_per_s": pace}
+
+
+def time_line(figures: dict[str, Any] | None) -> str:
+    """One line for ``kevo report``: the median evaluation and its largest parts, and the pace.
+
+    >>> time_line({"evaluations": 3, "median_s": {"total": 4.0, "step call": 1.5, "wait: lane": 2.0},
+    ...            "pace_per_s": 0.25})
+    'time       4.00 s an evaluation (median of 3): wait: lane 2.00, step call 1.50; 0.25 results/s from the first to the last'
+    """
+    if not figures:
+        return ""
+    median = figures["median_s"]
+    parts = sorted(((s, p) for p, s in median.items() if p != "total" and s >= 0.005), reverse=True)[:SHOWN]
+    line = (f"time       {median.get('total', 0.0):.2f} s an evaluation (median of {figures['evaluations']})"
+            + (": " + ", ".join(f"{p} {s:.2f}" for s, p in parts) if parts else ""))
+    if figures.get("pace_per_s"):
+        line += f"; {figures['pace_per_s']:.2f} results/s from the first to the last"
+    return line

@@ -1,0 +1,58 @@
+"""Where an evaluation's time goes: each verdict's walls_s (fitness.evaluator) and the report's
+median of them and pace (evolve.report_time)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from evolve.report_time import evaluation_time, time_line
+from fitness import Evaluator, Status
+from population_store import Individual
+
+ROOT = Path(__file__).resolve().parents[1]
+SOFTMAX = ROOT / "problems" / "softmax"
+
+
+def test_a_verdict_says_where_its_wall_time_went():
+    with Evaluator(SOFTMAX / "reference.py", platform="cpu", shapes={"batch_size": 4, "dim": 64}) as evaluator:
+        started = time.monotonic()
+        result = evaluator.evaluate((SOFTMAX / "seed.py").read_text())
+        wall = time.monotonic() - started
+    assert result.status is Status.ACCEPTED, result.reason
+    walls = result.walls_s
+    assert {"total", "step load", "step call", "step time", "window", "reference outputs", "compare",
+            "wait: lane", "wait: device lock"} <= set(walls)
+    assert all(seconds >= 0 for seconds in walls.values())
+    assert walls["total"] == pytest.approx(wall, abs=0.05)
+    # the steps run one after another inside the evaluation, so together they fit in its total
+    steps = walls["step load"] + walls["step call"] + walls["step time"]
+    assert 0 < steps <= walls["total"] + 1e-3
+    assert walls["window"] <= walls["step time"] + 1e-3  # the window is the time step, waited for
+    assert result.to_dict()["walls_s"] == walls  # stored with the verdict
+
+
+def _individual(n: int, walls: dict | None, finished_at: float, status: str = "accepted") -> Individual:
+    result = {"status": status, **({"walls_s": walls} if walls is not None else {})}
+    return Individual(n, "", str(n), 0, 0, "seed", [], {}, status, 1.0, result, 0.0, finished_at)
+
+
+def test_the_report_gives_the_median_of_each_part_and_the_pace():
+    run = [_individual(1, {"total": 3.0, "step call": 1.0, "wait: lane": 1.5}, 100.0),
+           _individual(2, {"total": 5.0, "step call": 2.0, "wait: lane": 0.5}, 104.0, "wrong"),
+           _individual(3, {"total": 4.0, "step call": 3.0}, 108.0),
+           Individual(4, "", "4", 0, 0, "seed", [], {})]  # pending: not counted
+    figures = evaluation_time(run)
+    assert figures["evaluations"] == 3
+    assert figures["median_s"] == {"total": 4.0, "step call": 2.0, "wait: lane": 0.5}  # a part missing counts 0
+    assert figures["pace_per_s"] == pytest.approx(2 / 8.0)
+    line = time_line(figures)
+    assert line.startswith("time       4.00 s an evaluation (median of 3): step call 2.00, wait: lane 0.50")
+    assert "0.25 results/s" in line
+
+
+def test_a_store_from_before_says_nothing_rather_than_zeros():
+    old = [_individual(1, None, 100.0), _individual(2, None, 101.0)]
+    assert evaluation_time(old) is None and time_line(None) == ""
