@@ -55,6 +55,7 @@ class Variant:
     scratch_bytes: int  # what the reference's forward allocated besides inputs and outputs (0: unknown)
     witness_bytes: int = 0  # the worker's witnesses of the inputs (Platform.witness_bytes)
     param_bytes: int = 0  # the model's parameters and buffers: the candidate's ModelNew holds as much
+    largest_elements: int = 0  # the most elements of one input or output (past 2**31, 32-bit indexing breaks)
 
     def phases(self, overlap: bool, timed: bool = True) -> dict[str, int]:
         """Bytes held on the device in each phase of one evaluation (see the module doc); a variant

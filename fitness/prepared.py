@@ -199,7 +199,7 @@ class PreparedProblem:
         model = build_model(problem.Model, problem, self.settings.init_seed, self.device)
         # Held-out shapes are checked on fresh inputs: one fixed set proves the reference works there.
         seeds = self.settings.fixed_seeds if required else self.settings.fixed_seeds[:1]
-        output_bytes, input_bytes, witness_bytes, scratch = [], 0, 0, 0
+        output_bytes, input_bytes, witness_bytes, scratch, largest = [], 0, 0, 0, 0
         # A constant counts against the cutoff only when taken from another draw: the mean of
         # one draw's scalar output is that output itself (the first draw gives the second its constant).
         constants: list | None = None
@@ -213,6 +213,7 @@ class PreparedProblem:
             self.platform.synchronize()
             references = [o.detach() for o in (out if isinstance(out, (tuple, list)) else [out])]
             output_bytes = [o.numel() * o.element_size() for o in references]
+            largest = max([largest, *(t.numel() for t in [*inputs, *references] if isinstance(t, torch.Tensor))])
             peak = self.platform.peak_since(before)
             if peak is not None:
                 scratch = max(scratch, peak - sum(output_bytes))
@@ -231,7 +232,7 @@ class PreparedProblem:
                 constants = output_means(references)
             del references
         params = sum(t.numel() * t.element_size() for t in [*model.parameters(), *model.buffers()])
-        return Variant(shapes, problem, model, output_bytes, input_bytes, scratch, witness_bytes, params)
+        return Variant(shapes, problem, model, output_bytes, input_bytes, scratch, witness_bytes, params, largest)
 
     # -- probes -------------------------------------------------------------------------
 

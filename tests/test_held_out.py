@@ -75,3 +75,36 @@ def test_the_secret_draw_differs_between_evaluators():
     b = held_out_shapes(REFERENCE, SHAPES, rng=random.SystemRandom())
     c = held_out_shapes(REFERENCE, SHAPES, rng=random.SystemRandom())
     assert len({repr(a), repr(b), repr(c)}) > 1
+
+
+NO_MASK = """
+import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def gate_kernel(x_ptr, y_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs) * tl.sigmoid(tl.load(y_ptr + offs)))  # no mask
+
+
+class ModelNew(nn.Module):
+    def forward(self, x, y):
+        out = torch.empty_like(x)
+        gate_kernel[(triton.cdiv(x.numel(), 128),)](x, y, out, BLOCK=128)
+        return out
+"""
+
+
+def test_a_kernel_that_fails_only_at_a_held_out_shape_says_which_and_how_large():
+    # right at 4 x 128 (whole blocks); at an odd held-out size its last block reads past the tensor
+    with Evaluator(REFERENCE, platform="cpu", shapes={"batch_size": 4, "dim": 128},
+                   held_out_rng=random.Random(2)) as evaluator:
+        result = evaluator.evaluate(NO_MASK)
+        shown = evaluator.held_out[0]
+    assert result.status is Status.OUT_OF_BOUNDS, result.reason
+    shapes = ", ".join(f"{k}={v}" for k, v in shown.shapes.items())
+    elements = shown.shapes["batch_size"] * shown.shapes["dim"]
+    assert result.reason.startswith(f"at held-out shapes {shapes} (its largest tensor {elements:,} elements): ")
