@@ -40,6 +40,7 @@ from fitness.screen import screen
 from fitness.settings import RELEASE_ABOVE, EvalSettings
 from fitness.sol import judged_again, needs_second_judgement, with_floor
 from fitness.timing_checks import handed_over, timer_disagrees, trusted_timing
+from fitness.where import inputs_at, refused_at
 from fitness.window_judge import WindowJudge, set_aside_runs
 from platforms import Platform, get_platform
 from platforms.device_lock import window as device_window
@@ -238,8 +239,8 @@ class Evaluator:
             for seed in seeds:
                 reply, verdict = self._checked_call(variant, seed)
                 if isinstance(reply, Refused):  # a crash, say: where it happened, and at what size
-                    return _refused(reply, _at(variant, self.main), base)
-                where = _where(variant, self.main, seed in self.settings.fixed_seeds)
+                    return _refused(reply, refused_at(variant, self.main), base)
+                where = inputs_at(variant, self.main, seed in self.settings.fixed_seeds)
                 if verdict.status != "accepted":
                     return EvalResult(Status(verdict.status), f"{where}: {verdict.reason}",
                                       max_abs_diff=verdict.max_abs_diff, checks=checks, **base)
@@ -391,31 +392,3 @@ class Evaluator:
 def _refused(reply: Refused, where: str, base: dict[str, Any]) -> EvalResult:
     """The result of a step the worker refused (``harness``: its own allocation failed)."""
     return EvalResult(reply.status, where + reply.reason, harness_failure=reply.harness, **base)
-
-
-def _at(variant: Variant, main: Variant) -> str:
-    """Where a check the worker refused (a crash, say) ran, for its reason: at a held-out shape,
-    which one and its largest tensor's elements; at the main shapes, only past 2**31 elements,
-    where 32-bit index arithmetic wraps ("" otherwise: the reason is the worker's own).
-
-    >>> main = Variant({"n": 4}, None, None, [16], 16, 0, largest_elements=4)
-    >>> _at(Variant({"n": 2**31 + 1}, None, None, [0], 0, 0, largest_elements=2**31 + 1), main)
-    'at held-out shapes n=2147483649 (its largest tensor 2,147,483,649 elements, past 2^31): '
-    >>> _at(main, main)
-    ''
-    """
-    n = variant.largest_elements
-    past = ", past 2^31" if n >= 2**31 else ""
-    if variant is main:
-        return f"at the main shapes (its largest tensor {n:,} elements{past}): " if past else ""
-    shapes = ", ".join(f"{k}={v}" for k, v in variant.shapes.items())
-    return f"at held-out shapes {shapes} (its largest tensor {n:,} elements{past}): "
-
-
-def _where(variant: Variant, main: Variant, fixed: bool) -> str:
-    kind = "fixed" if fixed else "fresh"
-    if variant is main:
-        return f"{kind} inputs"
-    shapes = ", ".join(f"{k}={v}" for k, v in variant.shapes.items())
-    return f"{kind} inputs at held-out shapes {shapes}"
-
