@@ -22,6 +22,7 @@ import argparse
 import dataclasses
 import importlib.util
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -52,6 +53,13 @@ def stream(config, count: int) -> list[str]:
     return [apply_params(seed, p) for p in points[::step][:count]]
 
 
+def median_walls(results: list) -> dict[str, float]:
+    """Where the evaluations' time went: the median seconds of each part (EvalResult.walls_s)."""
+    walls = [r.walls_s for r in results if r.walls_s]
+    parts = sorted({p for w in walls for p in w})
+    return {p: round(statistics.median(w.get(p, 0.0) for w in walls), 4) for p in parts}
+
+
 def with_pool(config, sources: list[str], actors: int, slots: int, timing: TimingSettings | None = None,
               passes: int = 1) -> list[dict]:
     """The stream through one pool, ``passes`` times (later passes find Triton's disk cache warm)."""
@@ -67,14 +75,16 @@ def with_pool(config, sources: list[str], actors: int, slots: int, timing: Timin
             started = time.perf_counter()
             for key, source in enumerate(sources):
                 dispatcher.submit(n * len(sources) + key, source)
-            statuses = [r.status.value for _, r in dispatcher.results()]
+            results = [r for _, r in dispatcher.results()]
+            statuses = [r.status.value for r in results]
             wall = time.perf_counter() - started
             after = dispatcher.lane_stats()
             busy = [(a["timing_s"] - b["timing_s"]) / wall for a, b in zip(after, before)]
             rows.append({"plan": f"{actors}x{slots}" + (f" pass {n + 1}" if passes > 1 else ""), "actors": actors,
                          "slots": slots, "startup_s": startup, "wall_s": wall, "evals_per_s": len(sources) / wall,
                          "lane_busy_share": busy, "timings": [a["timings"] - b["timings"] for a, b in zip(after, before)],
-                         "accepted": statuses.count("accepted"), "statuses": sorted(set(statuses))})
+                         "accepted": statuses.count("accepted"), "statuses": sorted(set(statuses)),
+                         "median_walls_s": median_walls(results)})
     return rows
 
 

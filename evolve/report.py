@@ -250,6 +250,8 @@ class Outcome:
     profiles: int = 0  # parents profiled (evolve.search.steering.profiling_cost)
     profiling_s: float = 0.0  # what profiling them took, wall
     profiling_device_s: float = 0.0  # of it, the profiled programs on the device (others' timings waited)
+    evaluation_s: float | None = None  # an evaluation's wall time, the median (evolve.report_time)
+    pace_per_s: float | None = None  # results a second, from the run's first result to its last
 
     @property
     def correct(self) -> bool:
@@ -277,9 +279,11 @@ def run_outcome(name: str, status: str, reason: str, run_dir: Path) -> Outcome:
         budget = store.config()["search"]["max_evaluations"]
         raised = [event["data"] for event in store.events(BUDGET_EVENT)]
         profiling = profiling_cost(store.profiles())
+        timing = evaluation_time(store.individuals()) or {}
     outcome = Outcome(name, status, reason, evaluations=count, max_evaluations=budget,
                       at_sol=reason.startswith(AT_SOL), profiles=profiling["profiles"],
-                      profiling_s=profiling["seconds"], profiling_device_s=profiling["device_s"])
+                      profiling_s=profiling["seconds"], profiling_device_s=profiling["device_s"],
+                      evaluation_s=timing.get("median_s", {}).get("total"), pace_per_s=timing.get("pace_per_s"))
     if raised:  # its budget was raised (evolve.session.raise_budget): by how much, and what it has spent
         outcome.extra_evaluations = sum(data["extra"] for data in raised)
         outcome.extra_spent = min(outcome.extra_evaluations, max(0, count - raised[0]["evaluations"]))

@@ -161,6 +161,10 @@ def test_kevo_sweep_runs_every_problem_and_resumes_after_kill_9(tmp_path):
             rows = s.individuals()
             assert len(rows) == 6 and all(r.status != "pending" for r in rows)
             assert len({r.source_hash for r in rows}) == 6  # nothing evaluated twice
+            # an evaluation's median wall time and the run's pace, from its verdicts' walls_s
+            walls = sorted(r.result["walls_s"]["total"] for r in rows)
+            assert runs[name]["evaluation_s"] == pytest.approx((walls[2] + walls[3]) / 2)
+            assert runs[name]["pace_per_s"] > 0
     report = kevo("report", run_dir, "--json")  # a sweep's directory: its summary
     assert report.returncode == 0 and json.loads(report.stdout)["runs"] == summary["runs"], report.stderr
     # once more: every run has ended, nothing is evaluated again
