@@ -78,8 +78,9 @@ class Evaluator:
     ) -> None:
         if prepared is None:
             platform = get_platform(platform) if isinstance(platform, str) else platform
-            prepared = PreparedProblem(reference, platform, shapes, max_abs_diff, held_out, settings,
-                                       dtype, held_out_rng)
+            with (lane or NoLane()).shared():  # the references run on the device: never in another's window
+                prepared = PreparedProblem(reference, platform, shapes, max_abs_diff, held_out, settings,
+                                           dtype, held_out_rng)
         self.prepared = prepared
         # Wall seconds of the last evaluation by part (worker steps, the evaluator's own checks).
         self.walls: collections.Counter[str] = collections.Counter()
@@ -149,10 +150,12 @@ class Evaluator:
                 reference()
                 self.platform.release_memory()  # the reference's inputs and scratch, for the worker
             reply, outputs = self.channel.step(step, reference if overlap else None, self.channel.lending(hold))
-        if isinstance(reply, Refused):
-            return reply, None
-        with self._timed("compare"):
-            return reply, compare(outputs, refs, probe.cutoff if probe is not None else self.cutoff)
+            if isinstance(reply, Refused):
+                return reply, None
+            if not hold.held:  # lent for a compile and not taken back: the comparison is device work too
+                hold.acquire()
+            with self._timed("compare"):  # inside the hold: never in another evaluation's timed window
+                return reply, compare(outputs, refs, probe.cutoff if probe is not None else self.cutoff)
 
     def evaluate(self, source: str) -> EvalResult:
         """The verdict on candidate ``source`` (the text of a ModelNew file)."""

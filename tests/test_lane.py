@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from pathlib import Path
 
 from fitness.lane import NoLane, TimingLane
 
@@ -285,3 +287,59 @@ def test_a_candidate_cannot_open_a_loan_itself():
     assert "_do_compile" in result.reason
     assert lane._readers == 0 and not lane._writer
 
+
+
+class _Watched(TimingLane):
+    """A lane that knows how deep it is held, shared or exclusive, at any moment (this thread's view)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.depth = 0
+
+    @contextlib.contextmanager
+    def shared(self):
+        with super().shared() as hold:
+            self.depth += 1
+            try:
+                yield hold
+            finally:
+                self.depth -= 1
+
+    @contextlib.contextmanager
+    def exclusive(self):
+        with super().exclusive():
+            self.depth += 1
+            try:
+                yield
+            finally:
+                self.depth -= 1
+
+
+def test_the_evaluators_device_work_runs_inside_the_lane(monkeypatch):
+    """The reference's preparation and every comparison are device work: a slot doing them while
+    another slot's window runs would charge them to that candidate (on the H200, comparisons of
+    multi-GB outputs ran outside the lane before)."""
+    from fitness import evaluator as evaluator_module
+    from fitness import Evaluator, Status
+
+    lane = _Watched()
+    seen = {"prepare": [], "compare": []}
+    real_prepared, real_compare = evaluator_module.PreparedProblem, evaluator_module.compare
+
+    def prepared(*args, **kwargs):
+        seen["prepare"].append(lane.depth)
+        return real_prepared(*args, **kwargs)
+
+    def compare(*args, **kwargs):
+        seen["compare"].append(lane.depth)
+        return real_compare(*args, **kwargs)
+
+    monkeypatch.setattr(evaluator_module, "PreparedProblem", prepared)
+    monkeypatch.setattr(evaluator_module, "compare", compare)
+    softmax = Path(__file__).resolve().parents[1] / "problems" / "softmax"
+    with Evaluator(softmax / "reference.py", platform="cpu", shapes={"batch_size": 4, "dim": 64},
+                   lane=lane) as evaluator:
+        result = evaluator.evaluate((softmax / "seed.py").read_text())
+    assert result.status is Status.ACCEPTED, result.reason
+    assert seen["prepare"] == [1]
+    assert len(seen["compare"]) >= result.checks > 5 and all(depth >= 1 for depth in seen["compare"]), seen
