@@ -257,5 +257,5 @@ for name in "$@"; do
     section "$name"
 done
 echo "round done in $(( $(date +%s) - start )) s" >> "$OUT/round.log"
-echo "kevo's temporary folders left: $(ls /tmp | grep -c '^kevo-')" >> "$OUT/round.log"
+echo "kevo's temporary folders left (Ray's home kept on purpose): $(ls /tmp | grep '^kevo-' | grep -v '^kevo-ray-home-' | tr '\n' ' ')" >> "$OUT/round.log"
 pack
