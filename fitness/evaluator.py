@@ -27,6 +27,7 @@ from typing import Any
 
 from fitness.channel import WorkerChannel
 from fitness.compare import Comparison, compare
+from fitness.floor import measure_peaks_alone
 from fitness.lane import NoLane, TimingLane
 from fitness.memory_plan import Variant
 from fitness.prepared import PreparedProblem
@@ -78,6 +79,7 @@ class Evaluator:
     ) -> None:
         if prepared is None:
             platform = get_platform(platform) if isinstance(platform, str) else platform
+            measure_peaks_alone(platform, (lane or NoLane()).exclusive)  # once per device, then cached
             with (lane or NoLane()).shared():  # the references run on the device: never in another's window
                 prepared = PreparedProblem(reference, platform, shapes, max_abs_diff, held_out, settings,
                                            dtype, held_out_rng)

@@ -61,7 +61,7 @@ from typing import Any
 from fitness.problem import Problem, build_model, make_inputs
 from fitness.profiling import INIT_SEED, INPUT_SEED, declared_flops, distinct_bytes, tensors_in
 from platforms.base import Platform
-from platforms.peaks import Peaks, achievable_peaks
+from platforms.peaks import Peaks, achievable_peaks, device_key, read_cached
 
 #: How far below ``Floor.cached_floor_ms`` a runtime must be before ``below_floor`` says so.
 #: The floor's own uncertainty: a measured bandwidth or matmul rate a few percent under what
@@ -268,6 +268,21 @@ def floor_for(problem: Problem, platform: Platform, size_bytes: int | None = Non
         return floor_of(count_work(problem, str(platform.device()), fake), peaks), ""
     except RuntimeError as exc:  # PeaksUnavailable; a reference that fails when run for real to be counted
         return None, f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:300]}"
+
+
+def measure_peaks_alone(platform: Platform, alone: Any) -> bool:
+    """Measure the device's peaks now, with ``alone()`` held (the timing lane's ``exclusive``:
+    no other evaluation's work on the device), unless they are cached already: measured
+    beside another slot's checks they would read low, and the cache would keep that.
+    Whether it measured; a device with no peaks at all is left to ``floor_for`` to say."""
+    if read_cached(device_key(platform)) is not None:
+        return False
+    with alone():
+        try:
+            achievable_peaks(platform)
+        except (RuntimeError, OSError):  # PeaksUnavailable, a cache it cannot write: floor_for says why
+            pass
+    return True
 
 
 def sol(floor_ms: float, runtime_ms: float) -> float:

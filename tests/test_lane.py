@@ -343,3 +343,29 @@ def test_the_evaluators_device_work_runs_inside_the_lane(monkeypatch):
     assert result.status is Status.ACCEPTED, result.reason
     assert seen["prepare"] == [1]
     assert len(seen["compare"]) >= result.checks > 5 and all(depth >= 1 for depth in seen["compare"]), seen
+
+
+def test_the_devices_peaks_are_measured_alone_on_it_once(monkeypatch, tmp_path):
+    """Peaks measured beside another slot's checks would read low, and the cache would keep them:
+    the first evaluator on a device measures them with the lane to itself; later ones read the cache."""
+    from fitness import Evaluator
+    from fitness import floor as floor_module
+    from platforms import peaks
+
+    monkeypatch.setenv(peaks.CACHE_ENV, str(tmp_path / "peaks.json"))
+    lane, depths = _Watched(), []
+    real = floor_module.achievable_peaks
+
+    def watched(platform, **kwargs):
+        depths.append(lane.depth)
+        return real(platform, **kwargs)
+
+    monkeypatch.setattr(floor_module, "achievable_peaks", watched)
+    softmax = Path(__file__).resolve().parents[1] / "problems" / "softmax"
+    for _ in range(2):
+        with Evaluator(softmax / "reference.py", platform="cpu", shapes={"batch_size": 4, "dim": 64}, lane=lane):
+            pass
+    assert (tmp_path / "peaks.json").exists()
+    # measured once, inside the exclusive lane; then read from the cache (by floor_for, inside the shared hold)
+    assert depths[0] == 1 and len(depths) == 3, depths
+    assert lane.timings == 1  # one exclusive hold: the measurement's (the second evaluator took none)
