@@ -320,6 +320,18 @@ def test_the_findings_hold_the_best_a_few_fast_and_one_unlike_them_and_the_paren
     assert findings.floor_ms is None
     history.note([kernel(20, ["floored = 1"], 3.0, floor_ms=0.5)])
     assert history.findings(fast[0]).parent_is_best and history.findings(parent).floor_ms == 0.5
+    # accepted children say how they fared against the parent, by the search's rule for faster
+    timed = [kernel(30, common + ["t = 30"], 1.5, runtime_spread=0.02),  # 25% faster: beyond the noise
+             kernel(31, common + ["t = 31"], 1.99, runtime_spread=0.02),  # within the spreads
+             kernel(32, common + ["t = 32"], 2.6, runtime_spread=0.02)]  # slower
+    for c in timed:
+        history.made(c.id, [parent.id], LLM_MUTATION)
+    history.note(timed)
+    said = {a.id: a.against_parent for a in history.findings(parent).attempts}
+    assert said[30] == "faster than its parent (2 ms) beyond the timing noise"
+    assert said[31].startswith("no faster than its parent (2 ms) beyond the timing noise")
+    assert said[32] == "slower than its parent (2 ms) beyond the timing noise"
+    assert all(a.against_parent == "" for a in history.findings(parent).attempts if a.status == "wrong")
 
 
 def test_a_crossover_that_gave_no_kernel_goes_back_as_a_mutation_of_its_first_parent():

@@ -89,7 +89,9 @@ OTHER = ParentInfo(9, "OTHER_SOURCE\n", {"status": "accepted", "runtime_ms": 0.4
 PARENT = ParentInfo(3, "PARENT_SOURCE\n", {"status": "accepted", "runtime_ms": 0.5, "reference_ms": 1.0})
 TRIED = (Attempt(11, "llm_mutation", "wrong", None, "fresh inputs at held-out shapes batch_size=5, dim=77: "
                  "output 0: max |out - ref| 0.5 at (4, 76)", "Wider loads."),
-         Attempt(12, "parametric_mutation", "accepted", 0.6))
+         Attempt(12, "parametric_mutation", "accepted", 0.6),
+         Attempt(13, "llm_mutation", "accepted", 0.495,
+                 against_parent="no faster than its parent (0.5 ms) beyond the timing noise: not an improvement"))
 
 
 def test_a_mutation_prompt_shows_the_best_kernel_the_floor_others_and_the_parents_children():
@@ -104,6 +106,8 @@ def test_a_mutation_prompt_shows_the_best_kernel_the_floor_others_and_the_parent
     assert "- kernel 11 (llm_mutation): wrong; fresh inputs at held-out shapes (not shown): output 0: max |out " \
            "- ref| 0.5 at (...); its idea: Wider loads." in user
     assert "- kernel 12 (parametric_mutation): accepted, 0.6 ms" in user
+    assert ("- kernel 13 (llm_mutation): accepted, 0.495 ms (no faster than its parent (0.5 ms) beyond the "
+            "timing noise: not an improvement)") in user
     assert "dim=77" not in user and "casts the floating inputs and weights to bfloat16" in user
     assert "${" not in user
 

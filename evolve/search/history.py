@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from evolve.search.population import Candidate
+from platforms.timing import faster_beyond_noise
 from operators.llm import Attempt, Findings, ParentInfo
 from population_store import RunStore
 
@@ -89,7 +90,8 @@ class History:
             child, result = self._judged[child_id], self._judged[child_id].result or {}
             attempts.append(Attempt(child_id, self._made[child_id][1], str(result.get("status", "")),
                                     child.runtime_ms, "" if child.accepted else str(result.get("reason") or ""),
-                                    str(child.params.get(EXPLANATION_KEY) or "")))
+                                    str(child.params.get(EXPLANATION_KEY) or ""),
+                                    against_parent(child, self._judged.get(parent_id))))
         return tuple(attempts)
 
     def _floor(self, best: Candidate | None) -> float | None:
@@ -116,3 +118,28 @@ class History:
 def _info(candidate: Candidate) -> ParentInfo:
     """A kernel as the findings show it: its source and its record."""
     return ParentInfo(candidate.id, candidate.source, candidate.result)
+
+
+def against_parent(child: Candidate, parent: Candidate | None) -> str:
+    """An accepted child against its accepted parent, as the search judges "faster"
+    (``platforms.timing.faster_beyond_noise``, each with its verdict's spread); "" otherwise.
+
+    >>> def c(ms, spread):
+    ...     candidate = Candidate(1, "", "h", {}, 0, 0)
+    ...     candidate.record({"status": "accepted", "runtime_ms": ms, "runtime_spread": spread})
+    ...     return candidate
+    >>> against_parent(c(0.90, 0.01), c(1.0, 0.01))
+    'faster than its parent (1 ms) beyond the timing noise'
+    >>> against_parent(c(0.995, 0.02), c(1.0, 0.02))
+    'no faster than its parent (1 ms) beyond the timing noise: not an improvement'
+    """
+    if parent is None or not child.accepted or not parent.accepted:
+        return ""
+    ms, spread = child.runtime_ms, (child.result or {}).get("runtime_spread")
+    parent_ms, parent_spread = parent.runtime_ms, (parent.result or {}).get("runtime_spread")
+    if faster_beyond_noise(ms, spread, parent_ms, parent_spread):
+        return f"faster than its parent ({parent_ms:.4g} ms) beyond the timing noise"
+    if faster_beyond_noise(parent_ms, parent_spread, ms, spread):
+        return f"slower than its parent ({parent_ms:.4g} ms) beyond the timing noise"
+    return f"no faster than its parent ({parent_ms:.4g} ms) beyond the timing noise: not an improvement"
+

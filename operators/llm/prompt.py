@@ -190,6 +190,8 @@ def _attempts(attempts: tuple[Attempt, ...]) -> str:
         line = f"- kernel {attempt.id} ({attempt.operator}): {attempt.status}"
         if _number(attempt.runtime_ms):
             line += f", {attempt.runtime_ms:.4g} ms"
+        if attempt.against_parent:
+            line += f" ({attempt.against_parent})"
         if attempt.reason:
             line += f"; {_one_line(scrub(attempt.reason), 200)}"
         if attempt.explanation:

@@ -85,6 +85,7 @@ class Attempt:
     runtime_ms: float | None = None
     reason: str = ""  # the verdict's reason, for a kernel that was not accepted
     explanation: str = ""  # what the model said it tried, for an LLM child
+    against_parent: str = ""  # an accepted child against its parent, by the search's rule for faster
 
 
 @dataclasses.dataclass(frozen=True)
