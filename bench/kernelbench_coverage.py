@@ -93,7 +93,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         foot = f"{r['footprint_gb']:.2f}" if "footprint_gb" in r else "-"
-        when = "-" if "overlap" not in r else ("meanwhile" if r["overlap"] else "before")
+        when = "-" if "overlap" not in r else ("meanwhile" if r["overlap"] else "after")
         print(f"| {r['problem']} | {r['status']} | {foot} | {r.get('slots', '-')} | {when} | {r['wall_s']:.1f} "
               f"| {r.get('reason', '')[:160]} |")
 

@@ -121,6 +121,15 @@ class WorkerChannel:
         except (WorkerGone, RuntimeError):
             self.discard()
 
+    def let_go(self) -> None:
+        """Tell the worker that the evaluator has its copies of what it shipped: it lets them go
+        (at any message; a ping is the shortest). Raises ``WorkerGone`` (the worker is stopped)."""
+        try:
+            self._request(self.get_worker(), Ping())
+        except WorkerGone:
+            self.discard()
+            raise
+
     def discard(self) -> None:
         """Stop the worker (the next step starts a fresh one)."""
         if self.worker is not None:

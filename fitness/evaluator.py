@@ -148,14 +148,14 @@ class Evaluator:
         step = Call(seed, variant.output_bytes, probe, lend=True)
         overlap = self.prepared.overlap_reference  # read once: another slot's actor may set it meanwhile
         with self._waiting("wait: lane", self.lane.shared()) as hold:
-            if not overlap:  # one after the other: less memory (fitness.memory_plan)
-                reference()
-                self.platform.release_memory()  # the reference's inputs and scratch, for the worker
             reply, outputs = self.channel.step(step, reference if overlap else None, self.channel.lending(hold))
             if isinstance(reply, Refused):
                 return reply, None
             if not hold.held:  # lent for a compile and not taken back: the comparison is device work too
                 hold.acquire()
+            if not overlap:  # one after the other, for less memory (fitness.memory_plan): the worker's
+                self.channel.let_go()  # outputs go first, then the reference runs
+                reference()
             with self._timed("compare"):  # inside the hold: never in another evaluation's timed window
                 return reply, compare(outputs, refs, probe.cutoff if probe is not None else self.cutoff)
 

@@ -10,12 +10,13 @@ through these phases, the worker (``fitness.worker``) and the evaluator
 
 - ``checked call``: the worker runs the candidate on its inputs
   (I + W + O + S + P). The evaluator computes the reference's outputs on
-  its own inputs (I + O + S) meanwhile, when ``overlap`` is on; otherwise
-  first, and lets its inputs and scratch go before the worker starts, so
-  that the phase holds only the larger of the two (plus the reference's O
-  kept for the comparison).
+  its own inputs (I + O + S) meanwhile, when ``overlap`` is on. Otherwise
+  it computes them afterwards, once it has its copy of the candidate's
+  outputs and the worker has let its own go (P + O + I + O + S), so that
+  the phase holds only the larger of the two.
 - ``hand-over``: the worker has dropped its inputs; the evaluator copies
-  its outputs (worker O + P, evaluator O + O).
+  its outputs (worker O + P, the copy O, and with ``overlap`` the
+  reference's O computed meanwhile).
 - ``timed run``: one timed run in the worker (I + W + O + S + P), besides
   the runs' outputs set aside to judge after the window (``k`` x O,
   ``fitness.window_judge``).
@@ -66,8 +67,8 @@ class Variant:
         candidate = i + w + o + s + p  # one forward in the worker
         reference = i + o + s  # one forward of the reference in the evaluator
         checked = {
-            "checked call": candidate + reference if overlap else max(reference + p, candidate + o),
-            "hand-over": p + 3 * o,
+            "checked call": candidate + reference if overlap else max(candidate, p + o + reference),
+            "hand-over": p + (3 if overlap else 2) * o,
         }
         if not timed:
             return checked

@@ -380,7 +380,7 @@ class PreparedProblem:
         if fit < wanted or not self.overlap_reference:
             log.warning("%s: %d evaluation(s) at once of the %d wanted, each needing about %.1f GB of the %.1f GB "
                         "free%s", self.reference_path.name, fit, wanted, self.footprint() / GB, free / GB,
-                        "" if self.overlap_reference else " (references computed before the candidate runs)")
+                        "" if self.overlap_reference else " (references computed after the candidate, not beside it)")
         return fit
 
     def _too_big(self, need: int, free: int) -> str:

@@ -41,9 +41,20 @@ def test_each_phase_counts_what_is_alive_then():
         "judging a timed run": 3 + 10 + 10 + (100 + 10 + 7) + k * 10,
     }
     apart = v.phases(overlap=False)
-    assert apart["checked call"] == max(100 + 10 + 7 + 3, 100 + 100 + 10 + 7 + 3 + 10)
-    assert {k: v for k, v in apart.items() if k != "checked call"} == \
-        {k: v for k, v in v.phases(overlap=True).items() if k != "checked call"}
+    # the candidate alone, then the reference beside the copy of its outputs (the worker's gone)
+    assert apart["checked call"] == max(100 + 100 + 10 + 7 + 3, 3 + 10 + (100 + 10 + 7))
+    assert apart["hand-over"] == 3 + 2 * 10  # no reference computed meanwhile
+    assert {k: v for k, v in apart.items() if k not in ("checked call", "hand-over")} == \
+        {k: v for k, v in v.phases(overlap=True).items() if k not in ("checked call", "hand-over")}
+
+
+def test_outputs_larger_than_inputs_hold_two_outputs_at_most_when_checked_apart():
+    # 87_conv_pointwise_2D: outputs twice its inputs. Checked one after the other, no phase of a
+    # check holds three outputs (the worker's, the copy, the reference's) any more.
+    v = variant(i=4 * GB, o=8 * GB, w=GB // 4)
+    checks = v.phases(overlap=False, timed=False)
+    assert max(checks.values()) == 4 * GB + 2 * 8 * GB  # I + 2 O: the reference beside the copy
+    assert max(checks.values()) < 3 * 8 * GB
 
 
 def test_a_held_out_shape_is_only_checked_so_it_counts_the_checks_phases():
@@ -66,7 +77,7 @@ def test_a_grown_held_out_shape_no_longer_counts_as_if_it_were_timed(softmax_eva
     overhead = prepared.platform.process_overhead_bytes
     apart = prepared.footprint(overlap=False) - overhead
     assert apart == max(main.footprint(False), grown.footprint(False, timed=False))
-    assert apart == grown.phases(False)["hand-over"] < grown.footprint(False)  # the worker's O, its copy, the reference
+    assert apart == grown.phases(False)["checked call"] < grown.footprint(False)  # the reference beside the copy
     monkeypatch.setattr(prepared.platform, "free_memory", lambda: 139 * GB)
     assert prepared.slots_that_fit(3) == 2  # timed, the grown shape would have left room for 1
 
@@ -97,32 +108,40 @@ def test_slots_stop_overlapping_only_where_that_fits_more(softmax_evaluator, mon
     assert prepared.slots_that_fit(3) == 3 and prepared.overlap_reference  # room again: overlapping again
 
 
-def test_without_overlap_the_reference_is_ready_before_the_candidate_runs(softmax_evaluator, monkeypatch):
+def test_without_overlap_the_reference_runs_once_the_worker_let_its_outputs_go(softmax_evaluator, monkeypatch):
     evaluator = softmax_evaluator
     evaluator.prepared.overlap_reference = False
-    seen: list[tuple[str, int]] = []  # (step, reference outputs computed by then)
+    seen: list[tuple] = []  # (what happened, reference outputs computed by then)
     computed = {"n": 0}
     reference_outputs = evaluator.prepared.reference_outputs
 
     def counted(*args, **kwargs):
+        seen.append(("reference", computed["n"]))
         computed["n"] += 1
         return reference_outputs(*args, **kwargs)
 
-    step = evaluator.channel.step
+    step, let_go = evaluator.channel.step, evaluator.channel.let_go
 
     def watched(message, meanwhile=None, interim=None):
         seen.append((type(message).__name__, computed["n"], meanwhile is None))
         return step(message, meanwhile, interim)
 
+    def letting_go():
+        seen.append(("let go", computed["n"]))
+        let_go()
+
     monkeypatch.setattr(evaluator.prepared, "reference_outputs", counted)
     monkeypatch.setattr(evaluator.channel, "step", watched)
+    monkeypatch.setattr(evaluator.channel, "let_go", letting_go)
     result = evaluator.evaluate((SOFTMAX / "seed.py").read_text())
     assert result.status is Status.ACCEPTED, result.reason
-    calls = [(n, alone) for kind, n, alone in seen if kind == "Call"]
+    calls = [i for i, event in enumerate(seen) if event[0] == "Call"]
     assert calls, seen
-    # every call step starts after its own reference, with nothing left to run meanwhile
-    assert all(alone for _, alone in calls)
-    assert [n for n, _ in calls] == list(range(1, len(calls) + 1))
+    for n, i in enumerate(calls):
+        # the call runs alone (nothing meanwhile) before its reference; the worker lets its
+        # outputs go; then the reference for that call is computed, and no other
+        assert seen[i] == ("Call", n, True)
+        assert seen[i + 1:i + 3] == [("let go", n), ("reference", n)], seen[i:i + 3]
 
 
 def test_a_checked_timed_runs_inputs_are_dropped_before_its_hand_over():
