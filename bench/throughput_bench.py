@@ -22,7 +22,6 @@ import argparse
 import dataclasses
 import importlib.util
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 from bench.shapes import apply_shapes  # noqa: E402
 from evolve.config import load_config  # noqa: E402
 from evolve.dispatch.ray import RayDispatcher  # noqa: E402
+from evolve.report_time import median_parts  # noqa: E402
 from evolve.session import evaluator_spec, search_space  # noqa: E402
 from fitness.problem import build_model, load_problem, make_inputs  # noqa: E402
 from fitness.settings import DEFAULT_MAX_ABS_DIFF, EvalSettings  # noqa: E402
@@ -55,9 +55,7 @@ def stream(config, count: int) -> list[str]:
 
 def median_walls(results: list) -> dict[str, float]:
     """Where the evaluations' time went: the median seconds of each part (EvalResult.walls_s)."""
-    walls = [r.walls_s for r in results if r.walls_s]
-    parts = sorted({p for w in walls for p in w})
-    return {p: round(statistics.median(w.get(p, 0.0) for w in walls), 4) for p in parts}
+    return {p: round(s, 4) for p, s in median_parts([r.walls_s for r in results if r.walls_s]).items()}
 
 
 def with_pool(config, sources: list[str], actors: int, slots: int, timing: TimingSettings | None = None,

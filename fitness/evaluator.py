@@ -77,18 +77,18 @@ class Evaluator:
         held_out_rng: random.Random | None = None,
         prepared: PreparedProblem | None = None,
     ) -> None:
+        # Shared with the other evaluators on this device, if any (fitness.lane).
+        self.lane = lane or NoLane()
         if prepared is None:
             platform = get_platform(platform) if isinstance(platform, str) else platform
-            measure_peaks_alone(platform, (lane or NoLane()).exclusive)  # once per device, then cached
-            with (lane or NoLane()).shared():  # the references run on the device: never in another's window
+            measure_peaks_alone(platform, self.lane.exclusive)  # once per device, then cached
+            with self.lane.shared():  # the references run on the device: never in another's window
                 prepared = PreparedProblem(reference, platform, shapes, max_abs_diff, held_out, settings,
                                            dtype, held_out_rng)
         self.prepared = prepared
         # Wall seconds of the last evaluation by part (worker steps, the evaluator's own checks).
         self.walls: collections.Counter[str] = collections.Counter()
         self.channel = WorkerChannel(prepared.platform, prepared.settings, self.walls)
-        # Shared with the other evaluators on this device, if any (fitness.lane).
-        self.lane = lane or NoLane()
         # Built once: a tool that fails stays off for this evaluator (ProfilerConfigError for a bad path).
         self.profiler: Profiler = profiler_for(self.platform.name, self.settings.ncu_bin_path,
                                                self.settings.rocprof_bin_path, self.settings.profiler_enabled)

@@ -270,19 +270,18 @@ def floor_for(problem: Problem, platform: Platform, size_bytes: int | None = Non
         return None, f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:300]}"
 
 
-def measure_peaks_alone(platform: Platform, alone: Any) -> bool:
+def measure_peaks_alone(platform: Platform, alone: Any) -> None:
     """Measure the device's peaks now, with ``alone()`` held (the timing lane's ``exclusive``:
     no other evaluation's work on the device), unless they are cached already: measured
     beside another slot's checks they would read low, and the cache would keep that.
-    Whether it measured; a device with no peaks at all is left to ``floor_for`` to say."""
+    A device with no peaks at all is left to ``floor_for`` to say."""
     if read_cached(device_key(platform)) is not None:
-        return False
+        return
     with alone():
         try:
             achievable_peaks(platform)
         except (RuntimeError, OSError):  # PeaksUnavailable, a cache it cannot write: floor_for says why
             pass
-    return True
 
 
 def sol(floor_ms: float, runtime_ms: float) -> float:

@@ -22,8 +22,7 @@ def refused_at(variant: Variant, main: Variant) -> str:
     past = ", past 2^31" if n >= 2**31 else ""
     if variant is main:
         return f"at the main shapes (its largest tensor {n:,} elements{past}): " if past else ""
-    shapes = ", ".join(f"{k}={v}" for k, v in variant.shapes.items())
-    return f"at held-out shapes {shapes} (its largest tensor {n:,} elements{past}): "
+    return f"at held-out shapes {_shapes(variant)} (its largest tensor {n:,} elements{past}): "
 
 
 def inputs_at(variant: Variant, main: Variant, fixed: bool) -> str:
@@ -31,5 +30,8 @@ def inputs_at(variant: Variant, main: Variant, fixed: bool) -> str:
     kind = "fixed" if fixed else "fresh"
     if variant is main:
         return f"{kind} inputs"
-    shapes = ", ".join(f"{k}={v}" for k, v in variant.shapes.items())
-    return f"{kind} inputs at held-out shapes {shapes}"
+    return f"{kind} inputs at held-out shapes {_shapes(variant)}"
+
+
+def _shapes(variant: Variant) -> str:
+    return ", ".join(f"{k}={v}" for k, v in variant.shapes.items())

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from evolve.search.population import Candidate
-from platforms.timing import faster_beyond_noise
 from operators.llm import Attempt, Findings, ParentInfo
+from platforms.timing import faster_beyond_noise
 from population_store import RunStore
 
 #: The fastest kernels shown besides the best, and those chosen for being unlike them.
