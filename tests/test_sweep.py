@@ -275,13 +275,20 @@ def test_a_small_sweep_over_kernelbench_itself(tmp_path):
 # -- problems side by side -------------------------------------------------------------
 
 
-def in_progress(run_dir: Path) -> bool:
-    """The run has committed a result and not stopped yet."""
+def progress(run_dir: Path) -> tuple[bool, bool]:
+    """(the run has committed a result, the run has stopped)."""
     store = run_dir / STORE_FILE
     if not store.exists():
-        return False
+        return False, False
     with RunStore.open(store, readonly=True) as s:
-        return any(i.status != "pending" for i in s.individuals()) and not s.events("stopped")
+        return any(i.status != "pending" for i in s.individuals()), bool(s.events("stopped"))
+
+
+def spans(run_dir: Path) -> tuple[float, float]:
+    """When a run's first and last results were committed."""
+    with RunStore.open(run_dir / STORE_FILE, readonly=True) as s:
+        times = [i.finished_at for i in s.individuals() if i.finished_at is not None]
+    return min(times), max(times)
 
 
 @pytest.mark.slow
@@ -300,7 +307,9 @@ def test_problems_side_by_side_share_the_evaluators_and_resume_after_kill_9(tmp_
     deadline = time.monotonic() + 400
     runs = [run_dir / f"{i:03d}-{name}" for i, name in enumerate(names)]
     while time.monotonic() < deadline and proc.poll() is None:
-        if sum(in_progress(run) for run in runs) >= 2:  # two problems evaluated at once
+        states = [progress(run) for run in runs]
+        # two problems have results and one of them is still under way: killed mid-sweep
+        if sum(started for started, _ in states) >= 2 and any(s and not stopped for s, stopped in states):
             break
         time.sleep(0.2)
     assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
@@ -316,6 +325,8 @@ def test_problems_side_by_side_share_the_evaluators_and_resume_after_kill_9(tmp_
             assert len(rows) == 4 and all(r.status != "pending" for r in rows), run.name
             assert len({r.source_hash for r in rows}) == 4
             assert s.events("stopped")[-1]["data"]["reason"] == "max_evaluations reached (4)"
+    windows = sorted(spans(run) for run in runs)  # two problems were evaluated at once
+    assert any(later[0] < earlier[1] for earlier, later in zip(windows, windows[1:])), windows
     usage = json.loads((run_dir / SUMMARY_FILE).read_text())["evaluators"]
     assert 0 < usage["busy_share"] <= 1, usage
     assert "up to 3 at once" in done.stderr and "evaluators busy" in done.stderr
