@@ -11,6 +11,7 @@
 #   bash bench/gpu_round.sh fixtures               # Inductor's GPU output under each configuration; seed --all
 #   bash bench/gpu_round.sh stream real-size       # a 48-variant cold stream; 23_Softmax at its own shapes
 #   bash bench/gpu_round.sh breakdown              # where an evaluation's time goes, at real size and cold
+#   bash bench/gpu_round.sh spy-stream spy-real    # the same, sampled by py-spy: where every process's threads wait
 #   bash bench/gpu_round.sh sol30                  # kevo's best at own shapes on 33 level-1 problems (resumable)
 #   bash bench/gpu_round.sh llm busy-seq busy-side # LLM overlap; a 20-problem sweep one by one, then 3 side by side
 #   bash bench/gpu_round.sh models                 # extract, sweep and apply five level-3 models (MODELS, MODEL_EVALS)
@@ -193,6 +194,35 @@ EOF
         --out "$OUT/breakdown_real_size.json"
     TRITON_CACHE_DIR=$(mktemp -d) timeout "$(left)" python3 bench/eval_breakdown.py --config configs/softmax.yaml \
         --shape batch_size=4096 --shape dim=8192 --repeats 6 --out "$OUT/breakdown_stream.json"
+}
+
+spy() {  # name, then a command: run it under py-spy (every process under it, waiting threads too), then summarise
+    local name=$1; shift
+    # py-spy: pip download py-spy --no-deps -d .devbundle (activate.sh installs every wheel there)
+    if ! command -v py-spy > /dev/null; then echo "py-spy is not installed"; return 1; fi
+    timeout "$(left)" py-spy record --subprocesses --idle --threads --rate 50 --format raw \
+        -o "$OUT/spy_$name.txt" -- "$@"
+    python3 bench/spy_summary.py "$OUT/spy_$name.txt" --rate 50 --top 25 > "$OUT/spy_$name.summary.txt"
+    python3 bench/spy_summary.py "$OUT/spy_$name.txt" --rate 50 --top 60 --json > "$OUT/spy_$name.summary.json"
+}
+
+sec_spy_stream() {  # the cold stream (36 variants, 1 actor x 12 slots) sampled: where each process's threads wait
+    TRITON_CACHE_DIR=$(mktemp -d) spy stream python3 bench/throughput_bench.py --config configs/softmax.yaml \
+        --shape batch_size=4096 --shape dim=8192 --candidates 36 --plans 1x12 --fresh 0 --out "$OUT/spy_stream.json"
+}
+
+sec_spy_real() {  # 23_Softmax at its own shapes, 12 evaluations, profiler off, sampled
+    cat > "$OUT/spy_real.yaml" <<EOF
+problem: {reference: $L1/23_Softmax.py, seeds: [$PWD/problems/softmax/seed.py]}
+search: {population_size: 4, max_evaluations: 12, seed: 0}
+operators:
+  space: {softmax_kernel.BLOCK_SIZE: [2048, 4096, 8192, 16384], softmax_kernel.num_warps: [4, 8, 16]}
+  weights: {parametric_mutation: 0.7, parametric_crossover: 0.3}
+profiler: {enabled: false}
+platform: cuda
+EOF
+    spy real python3 -m evolve.cli run "$OUT/spy_real.yaml" --run-dir "$OUT/spy-real"
+    timeout 60 python3 -m evolve.cli report "$OUT/spy-real" > "$OUT/spy_real_report.txt" 2>&1
 }
 
 sec_llm() {  # evaluators' busy share while a loopback model answers after 10 s
