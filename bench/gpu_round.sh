@@ -200,10 +200,19 @@ spy() {  # name, then a command: run it under py-spy (every process under it, wa
     local name=$1; shift
     # py-spy: pip download py-spy --no-deps -d .devbundle (activate.sh installs every wheel there)
     if ! command -v py-spy > /dev/null; then echo "py-spy is not installed"; return 1; fi
-    timeout "$(left)" py-spy record --subprocesses --idle --threads --rate 50 --format raw \
-        -o "$OUT/spy_$name.txt" -- "$@"
+    # py-spy starts the command (its descendants may be traced where ptrace is limited to them); at the
+    # section's limit the command is stopped, and py-spy writes what it has once it exits
+    py-spy record --subprocesses --idle --threads --rate 50 --format raw -o "$OUT/spy_$name.txt" -- "$@" &
+    local spy=$! dog
+    ( sleep "$(left)"; pkill -TERM -P "$spy" ) &
+    dog=$!
+    wait "$spy"
+    kill "$dog" 2> /dev/null
     python3 bench/spy_summary.py "$OUT/spy_$name.txt" --rate 50 --top 25 > "$OUT/spy_$name.summary.txt"
     python3 bench/spy_summary.py "$OUT/spy_$name.txt" --rate 50 --top 60 --json > "$OUT/spy_$name.summary.json"
+    # the raw stacks, compressed, where they leave the packed archive under a device call's 16 MiB a file
+    gzip -9f "$OUT/spy_$name.txt"
+    (( $(stat -c %s "$OUT/spy_$name.txt.gz") < 6000000 )) || rm -f "$OUT/spy_$name.txt.gz"
 }
 
 sec_spy_stream() {  # the cold stream (36 variants, 1 actor x 12 slots) sampled: where each process's threads wait
