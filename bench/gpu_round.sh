@@ -126,6 +126,8 @@ EOF
     timeout "$(left)" python3 -m evolve.cli sweep "$OUT/sol_sweep.yaml" --run-dir "$OUT/sol-sweep" --json \
         > "$OUT/sol_sweep.json"
     cp "$OUT/sol-sweep/summary.json" "$OUT/sol_sweep_summary.json" 2>/dev/null
+    # where each run stands, from the stores: there even when the section's limit cut the sweep off
+    timeout 60 python3 -m evolve.cli report "$OUT/sol-sweep" > "$OUT/sol_sweep_report.md" 2>&1
 }
 
 sec_sol30() {  # kevo's best at own shapes over 33 level-1 problems: SOL beside eager's and torch.compile's.
@@ -272,6 +274,7 @@ sec_models() {  # whole models: extract at own shapes, sweep the regions (MODEL_
             "$OUT/models/$m/sweep.yaml"
         timeout "$(left)" python3 -m evolve.cli sweep "$OUT/models/$m/sweep.yaml" --run-dir "$OUT/models/$m/sweep" \
             --json > "$OUT/models_$m.sweep.json"
+        timeout 60 python3 -m evolve.cli report "$OUT/models/$m/sweep" > "$OUT/models_$m.sweep.md" 2>&1
         timeout "$(left)" python3 -m evolve.cli apply "$L3/$m.py" "$OUT/models/$m/sweep" --device cuda --json \
             > "$OUT/models_$m.apply.json"
         pack
