@@ -112,6 +112,15 @@ class Problem:
 DTYPES = ("float32", "float16", "bfloat16")
 
 
+def _computed(tree: ast.Module, name: str) -> str | None:
+    """The expression a module-level ``name = ...`` that is no constant computes, as written."""
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and not isinstance(node.value, ast.Constant)
+                and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)):
+            return ast.unparse(node.value)
+    return None
+
+
 def load_problem(path: str | Path, shapes: dict[str, int] | None = None, dtype: str | None = None) -> Problem:
     """Build the problem module at ``path`` with ``shapes`` overriding its knobs.
 
@@ -131,9 +140,11 @@ def load_problem(path: str | Path, shapes: dict[str, int] | None = None, dtype: 
     for name, value in shapes.items():
         if name not in knobs:
             known = ", ".join(knobs) or "none"
+            computed = _computed(tree, name)
             raise ProblemError(
                 f"--shape {name}: {path} has no module-level integer constant {name!r} "
-                f"(its shape constants: {known})"
+                + (f"({name} = {computed} follows what it is computed from; " if computed else "(")
+                + f"its shape constants: {known})"
             )
         if type(value) is not int:
             raise ProblemError(f"--shape {name}={value!r}: shape values must be integers")

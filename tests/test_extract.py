@@ -263,3 +263,54 @@ def test_apply_takes_only_a_sweep_of_this_model(tmp_path):
         done = kevo("apply", *args, "--device", "cpu")
         assert done.returncode == 2, done.stderr
         assert "Traceback" not in done.stderr and done.stderr.strip().splitlines()[-1].startswith("kevo apply:")
+
+
+# Draws its initial state in the forward, as KernelBench's LSTM models with no h0 given do.
+DRAWING_MODEL = '''
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.fc = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        h0 = torch.randn(x.shape[0], x.shape[1])
+        return torch.relu(self.fc(x)) * 2.0 + h0
+
+
+batch_size = 8
+dim = 16
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim)]
+
+
+def get_init_inputs():
+    return [dim]
+'''
+
+
+def test_apply_draws_the_same_in_the_original_and_the_patched_model(tmp_path):
+    """A model that draws random numbers in its forward is checked with the generator in the
+    same state for both runs: the right kernel is accepted, and still a wrong one is not."""
+    model = tmp_path / "drawing.py"
+    model.write_text(DRAWING_MODEL)
+    manifest = extract(model, tmp_path / "regions", "--cover", "1.0")
+    region = next(r for r in manifest["regions"] if "linear" in r["ops"])
+    problem = tmp_path / "regions" / region["problem"]
+    own = problem.read_text().replace("class Model(", "class ModelNew(")  # the region's own code as its kernel
+    _stored_sweep(tmp_path / "right", problem, own)
+    done = kevo("apply", model, tmp_path / "right", "--device", "cpu", "--json", "--checks", "2")
+    report = json.loads(done.stdout)
+    assert done.returncode == 0 and report["status"] == "accepted", report["reason"]
+    assert report["max_abs_diff"] == 0.0
+    wrong = own.replace("def forward(self, ", "def forward(self, *a):\n        return tuple(t * 1.01 for t in "
+                        "self._forward(*a)) if isinstance(self._forward(*a), tuple) else self._forward(*a) * 1.01\n\n"
+                        "    def _forward(self, ", 1)
+    _stored_sweep(tmp_path / "wrong", problem, wrong)
+    done = kevo("apply", model, tmp_path / "wrong", "--device", "cpu", "--json", "--checks", "2")
+    assert done.returncode == 1 and json.loads(done.stdout)["status"] == "refused", done.stdout[-2000:]

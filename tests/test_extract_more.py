@@ -327,7 +327,9 @@ def test_describe_takes_a_slice_of_a_large_tensor_at_a_time():
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     grown_mib, form = done.stdout.split()
-    assert form == "draw" and float(grown_mib) < 64, f"describing 128 MiB took {grown_mib} MiB more"
+    # by slices: about 42 MiB, up to 76 seen on a loaded machine; the whole tensor at once, as float64,
+    # would be 256 MiB, and even one float32 copy 128
+    assert form == "draw" and float(grown_mib) < 100, f"describing 128 MiB took {grown_mib} MiB more"
 
 
 def test_moments_by_slices_are_the_whole_tensors():

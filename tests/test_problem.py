@@ -57,6 +57,12 @@ def test_unknown_override_names_the_knobs(level2):
         load_problem(level2, {"batch": 3})
 
 
+def test_a_computed_constant_is_named_with_what_it_follows(level2):
+    with pytest.raises(ProblemError, match=r"\(bias_shape = \(out_features,\) follows what it is computed from; "
+                                           r"its shape constants: batch_size, in_features, out_features\)"):
+        load_problem(level2, {"bias_shape": 3})
+
+
 def test_missing_and_broken_files_are_problem_errors(tmp_path):
     with pytest.raises(ProblemError, match="cannot read"):
         load_problem(tmp_path / "nope.py")

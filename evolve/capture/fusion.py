@@ -6,7 +6,8 @@ pointwise, normalisation, reduction and activation operators that follow it,
 as Inductor fuses them into one kernel (or, behind an extern GEMM, into the
 epilogue a Triton kernel could fuse); or such a chain on its own. Two matmuls
 around the score transform between them (``softmax(q @ k^T) @ v``) are one
-region, ``attention``. Views (``view``, ``transpose``, ``getitem``, ...) cost
+region, ``attention``. A random draw (``randn``, a dropout that drops) joins no
+region: what it draws is an input of the region that reads it. Views (``view``, ``transpose``, ``getitem``, ...) cost
 nothing: one joins a region only where an operator of that region reads it,
 so a region's inputs and outputs are the tensors the model hands between
 kernels.
@@ -26,7 +27,7 @@ from typing import Any
 import torch
 from torch import fx
 
-HEAVY, FUSIBLE, VIEW, OPAQUE = "heavy", "fusible", "view", "opaque"
+HEAVY, FUSIBLE, VIEW, OPAQUE, RANDOM = "heavy", "fusible", "view", "opaque", "random"
 
 #: Heavy operators, by the name ``op_name`` gives them, and the kind of region they start.
 HEAVY_KINDS = {
@@ -47,6 +48,13 @@ _VIEWS = {"view", "view_as", "reshape", "reshape_as", "transpose", "permute", "t
           "narrow", "select", "getitem", "size", "dim", "unfold", "movedim", "swapaxes", "swapdims",
           "as_strided", "detach", "alias"}
 
+#: Operators that draw random numbers (in-place forms too: ``normal_`` is ``normal``). A draw joins no
+#: region: a problem written from a region could not reproduce it, so what it draws is a region's input.
+_RANDOM = {"randn", "rand", "randint", "randn_like", "rand_like", "randint_like", "normal", "bernoulli",
+           "multinomial", "randperm", "poisson", "uniform", "exponential", "geometric", "cauchy", "log_normal",
+           "random", "rrelu"}
+_DROPOUTS = {"dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout"}
+
 SUBMODULE_PREFIX = "kevo_region_"
 
 
@@ -66,15 +74,26 @@ def op_name(node: fx.Node) -> str:
 
 
 def classify(node: fx.Node) -> str:
-    """``HEAVY``, ``FUSIBLE``, ``VIEW`` or ``OPAQUE`` (a submodule call: no region writes it)."""
+    """``HEAVY``, ``FUSIBLE``, ``VIEW``, ``OPAQUE`` (a submodule call: no region writes it) or ``RANDOM``."""
     if node.op == "call_module":
         return OPAQUE
     name = op_name(node)
     if name in HEAVY_KINDS:
         return HEAVY
+    if name in _RANDOM or (name in _DROPOUTS and _drops(node)):
+        return RANDOM
     if name in _VIEWS or node.target is operator.getitem:
         return VIEW
     return FUSIBLE
+
+
+def _drops(node: fx.Node) -> bool:
+    """Whether a dropout call may zero anything: a probability other than 0 (or one not known
+    when traced), in training (``F.dropout(input, p=0.5, training=True)``; a method call: the module's own)."""
+    args, kwargs = node.args, node.kwargs
+    p = kwargs.get("p", args[1] if len(args) > 1 else 0.5)
+    training = kwargs.get("training", args[2] if len(args) > 2 else True)
+    return training is not False and p != 0
 
 
 @dataclasses.dataclass
@@ -128,6 +147,7 @@ class _Grouping:
                 self._fuse(node)
             elif kind == OPAQUE:
                 self._new({node}, "opaque")
+            # RANDOM: in no region (see _RANDOM)
         for members in self.members.values():
             # a value taken apart by getitem (a tuple: a recurrent layer's, a split) is handed out in parts
             for n in list(members):
