@@ -151,3 +151,32 @@ def test_a_problem_without_a_cutoff_gets_one_from_its_outputs():
     assert honest.status is Status.ACCEPTED, honest.reason
     with pytest.raises(CutoffError):  # the default it replaces cannot tell zeros from the answer
         Evaluator(problem, platform="cpu", shapes={"batch_size": 4, "dim": 1000}, max_abs_diff=1e-2)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_the_largest_difference_is_the_float64_one_to_float32_rounding(dtype, monkeypatch):
+    """float32 and half outputs take the difference in float32: within 2^-24 of it in float64,
+    over several chunks, and a NaN or an infinity in any chunk is still seen."""
+    import fitness.compare as cmp
+
+    monkeypatch.setattr(cmp, "CHUNK", 1000)  # several chunks, the last one short
+    torch.manual_seed(0)
+    ref = (torch.randn(4321) * 100).to(dtype)
+    out = (ref.double() + torch.randn(4321, dtype=torch.float64) * 0.5).to(dtype)
+    exact = float((out.double() - ref.double()).abs().max())
+    got = compare([out], [ref], 1e9)
+    assert got.status == "accepted" and got.max_abs_diff == pytest.approx(exact, rel=2 ** -23)
+    assert compare([out], [ref], exact * (1 - 1e-5)).status == "wrong"
+    for bad in (float("nan"), float("inf")):
+        spoiled = out.clone()
+        spoiled[3999] = bad  # in the last chunk
+        assert compare([spoiled], [ref], 1e9).status == "nan"
+
+
+def test_a_difference_that_overflows_float32_is_judged_in_float64():
+    ref = torch.tensor([3e38, 1.0])
+    result = compare([-ref], [ref], 1e39)  # |out - ref| = 6e38: beyond float32, within this cutoff
+    assert result.status == "accepted" and result.max_abs_diff == pytest.approx(6e38, rel=1e-6)
+    assert compare([-ref], [ref], 1.0).status == "wrong"
+    half = torch.tensor([65504.0, 1.0], dtype=torch.float16)
+    assert compare([-half], [half], 1.0).max_abs_diff == 131008.0
