@@ -202,6 +202,13 @@ spy() {  # name, then a command: run it under py-spy (every process under it, wa
     local name=$1; shift
     # py-spy: pip download py-spy --no-deps -d .devbundle (activate.sh installs every wheel there)
     if ! command -v py-spy > /dev/null; then echo "py-spy is not installed"; return 1; fi
+    # where py-spy may not read other processes (no ptrace in the container), the command runs plain
+    if ! timeout 60 py-spy record --rate 10 --duration 1 --format raw -o /tmp/kevo-spy-probe.txt -- \
+            python3 -c "import time; time.sleep(3)" > /dev/null 2>&1; then
+        echo "py-spy cannot sample here: running the command without it"
+        timeout "$(left)" "$@"
+        return
+    fi
     # py-spy starts the command (its descendants may be traced where ptrace is limited to them); at the
     # section's limit the command is stopped, and py-spy writes what it has once it exits
     py-spy record --subprocesses --idle --threads --rate 50 --format raw -o "$OUT/spy_$name.txt" -- "$@" &
