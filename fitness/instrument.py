@@ -63,7 +63,7 @@ def watched_objects(torch, triton_jit, interpreter, platform) -> dict[str, tuple
                    "sum", "mul_", "add_", "item", "is_contiguous", "storage_offset", "element_size"):
         watched[f"torch.Tensor.{method}"] = (torch.Tensor, method)
     # how an input's witness is checked: bit for bit, or by its fingerprint (platforms.fingerprint)
-    for name in ("randint", "zeros", "Generator"):
+    for name in ("randint", "zeros", "Generator", "mul"):
         watched[f"torch.{name}"] = (torch, name)
     from platforms import fingerprint
 

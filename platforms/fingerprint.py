@@ -4,14 +4,15 @@ The worker keeps a witness of each input before a candidate runs, to tell
 afterwards whether the candidate changed it (``Platform.witness``). A copy
 is exact but doubles the inputs' memory, which at KernelBench's own sizes
 is gigabytes per evaluation in flight. Above ``Platform.witness_copy_max``
-the witness is this fingerprint instead: the input's bytes read as 32-bit
-words ``w[i]``, and
+the witness is this fingerprint instead: the input's bytes read as 64-bit
+words ``w[i]`` from its first 8-byte boundary (the few bytes before it and after
+the last whole word count a word each, with multipliers of their own), and
 
     digest = sum over chunks c of  m_c * sum_i w[i] * k[i]   (mod 2^64)
 
 with odd weights ``k`` and odd chunk multipliers ``m_c`` drawn from a key
 the OS gives for each witness. Changing any one word changes the digest
-(an odd weight times a nonzero 32-bit difference is never 0 mod 2^64);
+(an odd weight times a nonzero 64-bit difference is never 0 mod 2^64);
 changes that cancel need the key. It is computed chunk by chunk on the
 device, so it needs about ``scratch_bytes()`` of memory whatever the size.
 
@@ -26,7 +27,8 @@ import dataclasses
 import secrets
 from typing import Any
 
-#: 32-bit words summed at a time: 16 Mi words (a 64 MiB slice of the tensor).
+#: 64-bit words summed at a time: 16 Mi words (a 128 MiB slice of the tensor). The words are read
+#: where they lie (no widened copy): a product and a sum, four bytes of traffic a byte of input.
 WORDS_PER_CHUNK = 1 << 24
 _MASK = (1 << 64) - 1
 
@@ -67,24 +69,27 @@ def _digest(tensor: Any, key: int, words_per_chunk: int) -> int:
         flat = flat.contiguous()
     raw = flat.reshape(-1).view(torch.uint8)
     n_bytes = raw.numel()
-    aligned = (flat.storage_offset() * flat.element_size()) % 4 == 0
-    n_words = n_bytes // 4 if aligned else 0
-    words = raw[: 4 * n_words].view(torch.int32) if n_words else raw[:0]
-    tail = raw[4 * n_words:]  # bytes that make no whole word (or all of them, unaligned)
+    # 64-bit words from the first 8-byte boundary: read as they lie, no widening pass
+    head = min(n_bytes, (-(flat.storage_offset() * flat.element_size())) % 8)
+    n_words = (n_bytes - head) // 8
+    words = raw[head: head + 8 * n_words].view(torch.int64) if n_words else raw[:0]
+    edges = [(raw[:head], -2), (raw[head + 8 * n_words:], -1)]  # bytes in no whole word, a word each
     generator = torch.Generator(device=raw.device)
     generator.manual_seed(key)
     # odd weights in [1, 2^62): one table for every chunk, the chunk's own multiplier on top
-    length = max(1, min(words_per_chunk, max(n_words, tail.numel())))
+    length = max(1, min(words_per_chunk, max(n_words, 8)))
     weights = torch.randint(0, 1 << 61, (length,), generator=generator, device=raw.device, dtype=torch.int64)
     weights = weights.mul_(2).add_(1)
+    product = torch.zeros(length, dtype=torch.int64, device=raw.device)
     total = torch.zeros((), dtype=torch.int64, device=raw.device)
     for c, start in enumerate(range(0, n_words, words_per_chunk)):
-        part = words[start:start + words_per_chunk].to(torch.int64)
-        part.mul_(weights[: part.numel()])
-        total.add_(part.sum().mul_(_multiplier(key, c)))
-    if tail.numel():
-        part = tail.to(torch.int64).mul_(weights[: tail.numel()])
-        total.add_(part.sum().mul_(_multiplier(key, -1)))
+        part = words[start:start + words_per_chunk]
+        n = part.numel()
+        total.add_(torch.mul(part, weights[:n], out=product[:n]).sum().mul_(_multiplier(key, c)))
+    for edge, chunk in edges:
+        if edge.numel():
+            part = edge.to(torch.int64).mul_(weights[: edge.numel()])
+            total.add_(part.sum().mul_(_multiplier(key, chunk)))
     return int(total.item()) & _MASK
 
 

@@ -66,6 +66,28 @@ def test_a_view_with_an_offset_and_a_non_contiguous_input_are_fingerprinted():
     assert not print_.matches(view, words_per_chunk=CHUNK)
 
 
+@pytest.mark.parametrize("offset, length", [(1, 40), (3, 21), (0, 1), (1, 1), (2, 33)])
+def test_bytes_before_the_first_8_byte_boundary_and_after_the_last_word_count_too(offset, length):
+    """float32 elements at offsets that leave bytes outside the 64-bit words, at each end."""
+    base = torch.arange(64, dtype=torch.float32) * 1.5 + 0.25
+    view = base[offset:offset + length]  # contiguous, its start 4 bytes past a boundary for odd offsets
+    print_ = Fingerprint.of(view, words_per_chunk=CHUNK)
+    assert print_.matches(base.clone()[offset:offset + length], words_per_chunk=CHUNK)
+    n_bytes = 4 * length
+
+    def same_place() -> torch.Tensor:  # a copy at the same offset in its storage: the same alignment
+        return base.clone()[offset:offset + length]
+
+    for index in sorted({0, 1, 3, 4, 5, n_bytes // 2, n_bytes - 5, n_bytes - 1} & set(range(n_bytes))):
+        changed = same_place()
+        changed.view(torch.uint8)[index] ^= 1
+        assert not print_.matches(changed, words_per_chunk=CHUNK), f"byte {index} changed unseen"
+    if length > 2:  # the first and last elements swapped: the two ends are weighed apart
+        swapped = same_place()
+        swapped[[0, -1]] = swapped[[-1, 0]]
+        assert not print_.matches(swapped, words_per_chunk=CHUNK)
+
+
 def test_the_platform_copies_small_inputs_and_fingerprints_large_ones():
     cpu = get_platform("cpu")
     cpu.witness_copy_max = 64  # bytes: the base platform's rule, tried on the CPU's tensors
