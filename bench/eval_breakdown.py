@@ -4,8 +4,9 @@ comparisons, timing the reference), for each suite seed.
 
 Each seed is evaluated ``--repeats`` times in one warm evaluator (the first,
 which starts the worker, is left out); the table gives the median seconds of
-each part. "lane lent" is the part of the steps spent compiling with the
-timing lane lent out; "time: ..." are the worker's own account of its time
+each part. "compile" is the part of the steps Triton spent compiling (the
+worker's own count), "lane lent" the part spent compiling with the timing
+lane lent out; "time: ..." are the worker's own account of its time
 step (warm-up, the window, and in the window: drawing inputs, the input
 check, handing checked runs over).
 

@@ -161,6 +161,8 @@ class WorkerChannel:
             raise
         finally:
             self.walls[f"step {step.KIND}"] += time.monotonic() - started
+        if getattr(reply, "compile_s", 0.0):  # the worker's own account, for breakdowns only
+            self.walls["compile"] += reply.compile_s
         if isinstance(reply, Refused) and reply.fatal:
             self.discard()
         return reply, tensors

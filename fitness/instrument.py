@@ -174,15 +174,20 @@ def instrument_launches(harness: Any, *kernel_classes: type) -> None:
 
 
 def instrument_compiles(harness: Any, jit_cls: type) -> None:
-    """Run each compile of a Triton kernel inside ``harness.compiling()`` (a Triton with no
-    single compile entry point is left alone: its compiles keep the device's lane)."""
+    """Run each compile of a Triton kernel inside ``harness.compiling()``, its seconds added to
+    ``harness.compile_s`` (a Triton with no single compile entry point is left alone: its
+    compiles keep the device's lane)."""
     original = getattr(jit_cls, "_do_compile", None)
     if original is None:
         return
 
     def _do_compile(self_, *args, _original=original, **kwargs):
         with harness.compiling():
-            return _original(self_, *args, **kwargs)
+            started = time.perf_counter()
+            try:
+                return _original(self_, *args, **kwargs)
+            finally:
+                harness.compile_s += time.perf_counter() - started
 
     jit_cls._do_compile = _do_compile
 

@@ -76,9 +76,11 @@ class Ok(Message):
 
 @message
 class Outputs(Ok):
-    """A call is done: the candidate's outputs travel as the message's tensors."""
+    """A call is done: the candidate's outputs travel as the message's tensors. ``compile_s``:
+    the seconds Triton compiled in the step, for kevo's own breakdowns only."""
 
     TENSORS = True
+    compile_s: float = field(duration, default=0.0)
 
 
 @message
@@ -89,7 +91,7 @@ class Timed(Message):
     ``device_ms``: the device trace's span of each run, where there is one;
     ``overhead_ms``: the timer's own cost; ``checked``: the runs whose outputs were
     handed over, in order; ``phases_s``: where the step's wall time went (seconds),
-    for kevo's own breakdowns only.
+    and ``compile_s``: the seconds Triton compiled in it, for kevo's own breakdowns only.
     """
 
     HEAD = {"ok": True}
@@ -99,6 +101,7 @@ class Timed(Message):
     device_ms: list[float] | None = field(optional(list_of(duration)))
     checked: list[int] = field(list_of(count))
     phases_s: dict[str, float] = field(dict_of(duration))
+    compile_s: float = field(duration, default=0.0)
 
     def check(self) -> None:
         n = len(self.runs_ms)

@@ -64,6 +64,7 @@ class Harness:
         self.device = self.platform.device()
         self.trace_cls = ComputeTrace
         self.launches = 0
+        self.compile_s = 0.0  # seconds Triton compiled in this step (fitness.instrument)
         self.trace: Any = None
         instrument_launches(self, triton_jit.JITFunction, interpreter.InterpretedFunction)
         instrument_compiles(self, triton_jit.JITFunction)
@@ -277,12 +278,15 @@ class Harness:
         self.shipped = []  # the evaluator has its copies of what was shipped last
         threads_before = self.threads_started
         self.loan.start_step(getattr(step, "lend", False))  # a load or a call may lend the lane out
+        self.compile_s = 0.0
         self.guard.violations.clear()
         if self.bounds is not None:
             self.bounds.violations.clear()
         reply: Message
         try:
             reply, tensors = self.steps[step.KIND](step)
+            if isinstance(reply, (Outputs, Timed)):
+                reply = dataclasses.replace(reply, compile_s=self.compile_s)
             self.check_tamper()
             self._check_guard()
             # what the caching allocator keeps beyond a little is for the other processes on the device

@@ -25,7 +25,8 @@ TIMED = Timed([1.0, 2.0, 1.5], [1.2, 2.1, 1.6], 0.01, None, [0, 2], {"prepare": 
 # Each step with a reply of each kind it may get.
 EXCHANGES = [
     (Load("src", "/p.py", {"dim": 4}, 7, None, lend=True), [Ok(), Compiling(), Compiled(), Refused(Status.WRONG, "x")]),
-    (Call(3, [16, 8], Probe(signs=True, factor=150.0), lend=True), [Outputs(), Compiling(), Compiled()]),
+    (Call(3, [16, 8], Probe(signs=True, factor=150.0), lend=True),
+     [Outputs(), Outputs(compile_s=1.25), Compiling(), Compiled()]),
     (Time(1, 2, 3, [16], {"warmup_ms": 0.0, "min_runs": 3, "device_trace": True}),
      [TIMED, TimedRun(2, 3), Refused(Status.MUTATED_INPUT, "y", fatal=True, harness=True)]),
     (Ping(), [Ok()]),
@@ -77,6 +78,9 @@ def _timed(**changes) -> dict:
     (Time(0, 0, 1, [], {}), _timed(checked=[True]), []),
     (Time(0, 0, 1, [], {}), _timed(phases_s={"prepare": -1.0}), []),
     (Time(0, 0, 1, [], {}), _timed(phases_s={1: 1.0}), []),
+    (Time(0, 0, 1, [], {}), _timed(compile_s=-0.5), []),
+    (Call(0, []), {"ok": True, "compile_s": math.nan}, [object()]),
+    (Call(0, []), {"ok": True}, [object()]),  # an honest worker always says how long it compiled
     (Time(0, 0, 1, [], {}), _timed(), [object()]),
     (Time(0, 0, 1, [], {}), {"ok": True, "interim": "timed_run", "run": -1, "seed": 0}, []),
     (Time(0, 0, 1, [], {}), {"ok": True, "interim": "timed_run", "run": 0, "seed": 1.0}, []),
@@ -149,3 +153,31 @@ def test_a_forged_timer_overhead_is_bounded_by_the_judges_own(evaluators, monkey
     median = statistics.median(honest)
     assert result.runtime_ms >= median - OVERHEAD_FACTOR * judge - OVERHEAD_SLACK_MS - 1e-9
     assert result.runtime_ms > 0.9 * median  # not the half a forged overhead would have made it
+
+
+def test_compiles_are_timed_into_the_step_and_the_evaluators_breakdown():
+    """The worker's compile entry point adds its seconds to the harness's count (the evaluator
+    shows them as the ``compile`` part of an evaluation's ``walls_s``)."""
+    import contextlib
+    import time
+
+    from fitness.instrument import instrument_compiles
+
+    class Jit:
+        def _do_compile(self, key):
+            time.sleep(0.05)
+            return key
+
+    class Harness:
+        compile_s = 0.0
+        loans = 0
+
+        @contextlib.contextmanager
+        def compiling(self):
+            self.loans += 1
+            yield
+
+    harness = Harness()
+    instrument_compiles(harness, Jit)
+    assert Jit()._do_compile("k") == "k" and Jit()._do_compile("j") == "j"
+    assert harness.loans == 2 and 0.1 <= harness.compile_s < 1.0
