@@ -12,6 +12,7 @@
 #   bash bench/gpu_round.sh stream real-size       # a 48-variant cold stream; 23_Softmax at its own shapes
 #   bash bench/gpu_round.sh breakdown              # where an evaluation's time goes, at real size and cold
 #   bash bench/gpu_round.sh spy-stream spy-real    # the same, sampled by py-spy: where every process's threads wait
+#   bash bench/gpu_round.sh compile-scaling        # Triton's compiles in 1, 4 and 12 processes at once
 #   bash bench/gpu_round.sh sol30                  # kevo's best at own shapes on 33 level-1 problems (resumable)
 #   bash bench/gpu_round.sh llm busy-seq busy-side # LLM overlap; a 20-problem sweep one by one, then 3 side by side
 #   bash bench/gpu_round.sh models                 # extract, sweep and apply five level-3 models (MODELS, MODEL_EVALS)
@@ -241,6 +242,10 @@ platform: cuda
 EOF
     spy real python3 -m evolve.cli run "$OUT/spy_real.yaml" --run-dir "$OUT/spy-real"
     timeout 60 python3 -m evolve.cli report "$OUT/spy-real" > "$OUT/spy_real_report.txt" 2>&1
+}
+
+sec_compile_scaling() {  # Triton compiles in 1, 4, 12 processes at once, kevo aside: do they run side by side here?
+    timeout "$(left)" python3 bench/compile_scaling.py --processes 1 4 12 --variants 6 --out "$OUT/compile_scaling.json"
 }
 
 sec_llm() {  # evaluators' busy share while a loopback model answers after 10 s
