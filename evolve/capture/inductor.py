@@ -321,8 +321,11 @@ def _capture(path: Path, device: str, mode: str | None, time_it: bool, shapes: d
         refs = list(ref) if isinstance(ref, (tuple, list)) else [ref]
         entry["max_abs_diff"] = max(float((o - r).abs().max()) for o, r in zip(outs, refs))
         if time_it:
-            entry["eager_ms"] = triton.testing.do_bench(lambda: model(*inputs))
-            entry["compiled_ms"] = triton.testing.do_bench(lambda: compiled(*inputs))
+            # with the device to itself across processes, as a timed window (a sweep's other runs
+            # evaluate meanwhile: neither's timing may see the other's kernels)
+            with device_window(get_platform("auto")):  # (time_it is False on the CPU)
+                entry["eager_ms"] = triton.testing.do_bench(lambda: model(*inputs))
+                entry["compiled_ms"] = triton.testing.do_bench(lambda: compiled(*inputs))
             if device != "cpu":
                 entry["compiled_protocol_ms"] = _protocol_ms(
                     lambda args: compiled(*args), lambda i: make_inputs(problem, 1000 + i, device))
