@@ -77,7 +77,7 @@ def _digest(tensor: Any, key: int, words_per_chunk: int) -> int:
     generator = torch.Generator(device=raw.device)
     generator.manual_seed(key)
     # odd weights in [1, 2^62): one table for every chunk, the chunk's own multiplier on top
-    length = max(1, min(words_per_chunk, max(n_words, 8)))
+    length = max(min(words_per_chunk, n_words), 7)  # a chunk's words, and the up to 7 bytes of an edge
     weights = torch.randint(0, 1 << 61, (length,), generator=generator, device=raw.device, dtype=torch.int64)
     weights = weights.mul_(2).add_(1)
     product = torch.zeros(length, dtype=torch.int64, device=raw.device)

@@ -88,6 +88,16 @@ def test_bytes_before_the_first_8_byte_boundary_and_after_the_last_word_count_to
         assert not print_.matches(swapped, words_per_chunk=CHUNK)
 
 
+def test_a_chunk_shorter_than_an_edge_still_weighs_every_edge_byte():
+    base = torch.arange(21, dtype=torch.float32)
+    view = base[1:20]  # 4 bytes before the first boundary, 4 after the last word
+    print_ = Fingerprint.of(view, words_per_chunk=2)
+    assert print_.matches(base.clone()[1:20], words_per_chunk=2)
+    changed = base.clone()[1:20]
+    changed.view(torch.uint8)[1] ^= 1  # in the head
+    assert not print_.matches(changed, words_per_chunk=2)
+
+
 def test_the_platform_copies_small_inputs_and_fingerprints_large_ones():
     cpu = get_platform("cpu")
     cpu.witness_copy_max = 64  # bytes: the base platform's rule, tried on the CPU's tensors
