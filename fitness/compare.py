@@ -85,7 +85,7 @@ def compare(outputs: Sequence[torch.Tensor], references: Sequence[torch.Tensor],
 _SINGLE = (torch.float32, torch.float16, torch.bfloat16)
 
 
-def _largest_difference(out: torch.Tensor, ref: torch.Tensor, device: torch.device) -> float:
+def _largest_difference(out: torch.Tensor, ref: torch.Tensor) -> float:
     """The largest |out - ref| over the flat pair, chunk by chunk; NaN or infinite where either
     side has a NaN or an infinity anywhere (or where the difference overflows).
 
@@ -96,6 +96,7 @@ def _largest_difference(out: torch.Tensor, ref: torch.Tensor, device: torch.devi
     that overflows float32 is infinite, and the full check in float64 decides then. Other
     dtypes: in float64.
     """
+    device = ref.device
     single = ref.dtype in _SINGLE
     worst = torch.zeros((), dtype=torch.float32 if single else torch.float64, device=device)
     for part in chunks(ref.numel(), _chunk(device)):
@@ -123,8 +124,7 @@ def _compare_one(out: torch.Tensor, ref: torch.Tensor, cutoff: float, label: str
     an infinity on either side makes it NaN or infinite), and then it is the
     answer. Otherwise the full check says what is wrong.
     """
-    device = ref.device
-    diff = _largest_difference(out, ref, device)
+    diff = _largest_difference(out, ref)
     if math.isfinite(diff):
         if not diff <= cutoff:
             return Comparison("wrong", diff, f"{label}: max |out - ref| = {diff:.3g} > cutoff {cutoff:.3g}")

@@ -73,7 +73,8 @@ def shape_knobs(path: str | Path) -> list[ShapeKnob]:
     ]
 
 
-def _literal(tree: ast.Module, name: str) -> Any:
+def _assignment(tree: ast.Module, name: str) -> ast.Assign | None:
+    """The first module-level ``name = ...``, or None."""
     for node in tree.body:
         if (
             isinstance(node, ast.Assign)
@@ -81,11 +82,18 @@ def _literal(tree: ast.Module, name: str) -> Any:
             and isinstance(node.targets[0], ast.Name)
             and node.targets[0].id == name
         ):
-            try:
-                return ast.literal_eval(node.value)
-            except ValueError:
-                raise ProblemError(f"{name} must be a literal in the problem file") from None
+            return node
     return None
+
+
+def _literal(tree: ast.Module, name: str) -> Any:
+    node = _assignment(tree, name)
+    if node is None:
+        return None
+    try:
+        return ast.literal_eval(node.value)
+    except ValueError:
+        raise ProblemError(f"{name} must be a literal in the problem file") from None
 
 
 @dataclasses.dataclass
@@ -114,11 +122,8 @@ DTYPES = ("float32", "float16", "bfloat16")
 
 def _computed(tree: ast.Module, name: str) -> str | None:
     """The expression a module-level ``name = ...`` that is no constant computes, as written."""
-    for node in tree.body:
-        if (isinstance(node, ast.Assign) and not isinstance(node.value, ast.Constant)
-                and any(isinstance(t, ast.Name) and t.id == name for t in node.targets)):
-            return ast.unparse(node.value)
-    return None
+    node = _assignment(tree, name)
+    return None if node is None or isinstance(node.value, ast.Constant) else ast.unparse(node.value)
 
 
 def load_problem(path: str | Path, shapes: dict[str, int] | None = None, dtype: str | None = None) -> Problem:

@@ -7,10 +7,10 @@ as Inductor fuses them into one kernel (or, behind an extern GEMM, into the
 epilogue a Triton kernel could fuse); or such a chain on its own. Two matmuls
 around the score transform between them (``softmax(q @ k^T) @ v``) are one
 region, ``attention``. A random draw (``randn``, a dropout that drops) joins no
-region: what it draws is an input of the region that reads it. Views (``view``, ``transpose``, ``getitem``, ...) cost
-nothing: one joins a region only where an operator of that region reads it,
-so a region's inputs and outputs are the tensors the model hands between
-kernels.
+region: what it draws is an input of the region that reads it. Views (``view``,
+``transpose``, ``getitem``, ...) cost nothing: one joins a region only where an
+operator of that region reads it, so a region's inputs and outputs are the
+tensors the model hands between kernels.
 
 Regions are found greedily in the graph's order, and each stays convex (no
 path leaves it and comes back), so it can be replaced by one call:
