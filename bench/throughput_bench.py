@@ -58,6 +58,15 @@ def median_walls(results: list) -> dict[str, float]:
     return {p: round(s, 4) for p, s in median_parts([r.walls_s for r in results if r.walls_s]).items()}
 
 
+def occupancy(results: list, slots: int, wall: float) -> dict:
+    """Each evaluation's total in the order the results came (the first slots-full found
+    their workers fresh), and the share of the slots' time that evaluations filled: below 1,
+    slots waited for work or for their evaluator outside the evaluation."""
+    totals = [r.walls_s.get("total", 0.0) for r in results if r.walls_s]
+    return {"totals_s": [round(t, 3) for t in totals],
+            "slot_occupancy": round(sum(totals) / (slots * wall), 3) if wall > 0 else None}
+
+
 def with_pool(config, sources: list[str], actors: int, slots: int, timing: TimingSettings | None = None,
               passes: int = 1) -> list[dict]:
     """The stream through one pool, ``passes`` times (later passes find Triton's disk cache warm)."""
@@ -82,7 +91,7 @@ def with_pool(config, sources: list[str], actors: int, slots: int, timing: Timin
                          "slots": slots, "startup_s": startup, "wall_s": wall, "evals_per_s": len(sources) / wall,
                          "lane_busy_share": busy, "timings": [a["timings"] - b["timings"] for a, b in zip(after, before)],
                          "accepted": statuses.count("accepted"), "statuses": sorted(set(statuses)),
-                         "median_walls_s": median_walls(results)})
+                         "median_walls_s": median_walls(results), **occupancy(results, actors * slots, wall)})
     return rows
 
 

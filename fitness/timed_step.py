@@ -89,5 +89,6 @@ class TimedWindow:
         window_at = self.window_at or end
         self.phases["warm-up"] = window_at - self.started
         self.phases["window"] = end - window_at
+        self.phases["trace"] = timing.trace_s  # inside the window: the device trace's own cost
         return Timed(timing.runs_ms, timing.wall_ms, timing.overhead_ms, timing.device_ms, sorted(self.chosen),
                      self.phases)

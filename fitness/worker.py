@@ -62,6 +62,7 @@ class Harness:
         self.torch = torch
         self.platform = get_platform(platform_name, index)
         self.device = self.platform.device()
+        self.platform.warm_up()  # before the instruments: kevo's own compile, lending no lane
         self.trace_cls = ComputeTrace
         self.launches = 0
         self.compile_s = 0.0  # seconds Triton compiled in this step (fitness.instrument)

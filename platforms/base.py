@@ -94,6 +94,11 @@ class Platform(abc.ABC):
         (readable name -> (object, attribute))."""
         return {}
 
+    def warm_up(self) -> None:
+        """Pay a new worker's one-time costs before its first candidate: the device's context,
+        the compiler's first use (Triton hashes its own sources once a process). Unpaid, they
+        land on the first evaluation each worker serves, seconds each. Nothing by default."""
+
     def memory_guard(self) -> Any:
         """Checks on the memory a kernel touches, installed once in a worker, or None.
 

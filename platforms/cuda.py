@@ -152,6 +152,14 @@ class CudaPlatform(Platform):
         free, _total = torch.cuda.mem_get_info(self.index)
         return free + torch.cuda.memory_reserved(self.index) - torch.cuda.memory_allocated(self.index)
 
+    def warm_up(self) -> None:
+        import torch
+
+        from platforms.warm_kernel import touch
+
+        touch(torch.zeros(16, device=self.device()))  # the context, then a compile and a launch
+        self.synchronize()
+
     def device_trace(self) -> Any:
         from platforms.timeline import DeviceTimeline
 

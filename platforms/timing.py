@@ -44,6 +44,7 @@ class Timing:
     wall_ms: list[float]
     overhead_ms: float = 0.0  # the timer's own cost: a run that does nothing
     device_ms: list[float] | None = None  # first to last device activity of each run (platforms.timeline)
+    trace_s: float = 0.0  # host seconds the device trace cost: starting, stopping and reading it
 
     @property
     def from_device(self) -> bool:
@@ -169,7 +170,9 @@ def time_runs(
     window(n_runs)
     timeline = platform.device_trace() if settings.device_trace else None
     marks, walls = [], []
+    entered = clock()
     with timeline or contextlib.nullcontext():
+        trace_s = clock() - entered
         for i in range(n_runs):
             args = prepare(i)
             platform.flush_cache()
@@ -184,9 +187,13 @@ def time_runs(
             marks.append((start, stop))
             finish(i, args, out)
             del out, args  # before the next run's inputs are made: one run's memory at a time
+        leaving = clock()
+    trace_s += clock() - leaving  # the trace stopped
     runs = [elapsed(start, stop) for start, stop in marks]
+    reading = clock()
     spans = timeline.spans(n_runs) if timeline else None
-    return Timing(runs, walls, overhead, spans)
+    trace_s += clock() - reading
+    return Timing(runs, walls, overhead, spans, trace_s)
 
 
 def _nothing(*args: Any) -> None:

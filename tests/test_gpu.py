@@ -98,3 +98,18 @@ def test_a_compile_lends_the_lane_unless_the_candidate_could_run_there():
         assert result.status is Status.FORBIDDEN, result.reason
         assert "Triton's compile or launch hooks" in result.reason
         assert evaluator.walls["lane lent"] == 0  # a hook of the candidate's could run in a compile
+
+
+def test_a_fresh_worker_is_warm_before_its_first_candidate():
+    """Platform.warm_up, as a worker runs it at its start: the device's context exists, and
+    kevo's own kernel compiled and ran there (a second warm-up finds Triton's cache warm)."""
+    import subprocess
+    import sys
+
+    probe = ("import torch; from platforms import get_platform; p = get_platform('cuda'); p.warm_up(); "
+             "assert torch.cuda.is_initialized(); "
+             "from platforms.warm_kernel import touch; x = torch.zeros(16, device=p.device()); touch(x); "
+             "assert x.tolist() == [1.0] * 16; print('warm')")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "warm" in done.stdout
