@@ -16,7 +16,8 @@ file's text, and writes a standalone KernelBench candidate:
 - ``ModelNew``: the problem's own ``Model.__init__`` (so parameters are made
   in the same order from the same seed) and a ``forward`` that passes the
   graph's arguments (parameters, sizes, inputs) in the order ``call()`` takes
-  them;
+  them; a Python number Dynamo made a 0-d CPU tensor (a float input or
+  attribute), which ``call()`` reads as ``.item()``, is passed as the number;
 - ``KEVO_SPACE``: per tunable, the values of the configs Inductor would have
   autotuned over together with kevo's default choices around the picked one
   (a persistent reduction's ``R0_BLOCK``, which must cover the whole row,
@@ -50,8 +51,8 @@ import re
 import textwrap
 from typing import Any
 
-from operators.seeds.code import (CALL_FUNCTION, ConversionError, NotTritonOnly, _call_function,
-                                     _CallRewriter, _Kernel, _kernel_sources)
+from operators.seeds.code import (_DROPPED_CALLS, CALL_FUNCTION, ConversionError, NotTritonOnly,
+                                     _call_function, _CallRewriter, _Kernel, _kernel_sources)
 from operators.seeds.helpers import _helper_code, _HelperRenamer, _helpers_used
 from operators.seeds.index import index_helper_source
 from operators.seeds.variants import configuration_line
@@ -108,6 +109,41 @@ def _scalar_arguments(call: ast.FunctionDef, sources: list[str | None]) -> set[s
     names = [ast.unparse(e) for e in first.targets[0].elts]
     return {n for n, s in zip(names, sources) if s is not None and not _is_tensor_source(s)
             and ".size()" not in s and ".stride()" not in s}
+
+
+def _host_numbers(module: ast.Module, call: ast.FunctionDef) -> set[str]:
+    """Names call() unpacks its arguments into whose example input (``argN = rand_strided((), (),
+    device='cpu', ...)`` in the recorded module's ``get_args()``) is a 0-d CPU tensor that call() reads
+    only as ``.item()``: Dynamo passes a float input of forward as such a tensor, and Inductor reads
+    its number on the host for a kernel. The seed passes the number as it is (a candidate's forward
+    may not call ``.item()``: the trace refuses it as computing)."""
+    get_args = next((n for n in module.body if isinstance(n, ast.FunctionDef) and n.name == "get_args"), None)
+    first = call.body[0] if call.body else None
+    if get_args is None or not (isinstance(first, ast.Assign) and isinstance(first.targets[0], ast.Tuple)):
+        return set()
+    examples = {ast.unparse(n.targets[0]): n.value for n in get_args.body if isinstance(n, ast.Assign)}
+    returned = get_args.body[-1].value if isinstance(get_args.body[-1], ast.Return) else None
+    if not isinstance(returned, (ast.List, ast.Tuple)):
+        return set()
+    zero_d = set()
+    for name, element in zip((ast.unparse(e) for e in first.targets[0].elts), returned.elts):
+        example = examples.get(ast.unparse(element))
+        if (isinstance(example, ast.Call) and ast.unparse(example.func) == "rand_strided" and example.args
+                and ast.unparse(example.args[0]) == "()"
+                and any(k.arg == "device" and isinstance(k.value, ast.Constant) and k.value.value == "cpu"
+                        for k in example.keywords)):
+            zero_d.add(name)
+    rest = ast.Module(call.body[1:], [])
+    unread: set[int] = set()  # a Name inside .item(), or inside a check the seed drops
+    for node in ast.walk(rest):
+        if isinstance(node, ast.Call) and ast.unparse(node.func) in _DROPPED_CALLS:
+            unread.update(id(n) for n in ast.walk(node))
+        elif isinstance(node, ast.Call) and not node.args and isinstance(node.func, ast.Attribute) \
+                and node.func.attr == "item":
+            unread.add(id(node.func.value))
+    read = {n.id for n in ast.walk(rest) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+            and id(n) not in unread}
+    return zero_d - read
 
 
 def _model_class(problem_source: str, graph_args: list[str | None], returns_tuple: bool, n_outputs: int) -> str:
@@ -198,7 +234,7 @@ def seed_source(recording: dict[str, Any], problem_source: str) -> str:
         raise NotTritonOnly("Inductor generated no Triton kernel for this problem")
     recorded = recording.get("kernels") or {}
     kernels = {name: _Kernel(name, src, recorded.get(name)) for name, src in sources.items()}
-    rewriter = _CallRewriter(kernels, _scalar_arguments(call, graphs[0]))
+    rewriter = _CallRewriter(kernels, _scalar_arguments(call, graphs[0]) | _host_numbers(module, call))
     body = rewriter.rewrite(call.body)
     launched = [kernels[name] for name in dict.fromkeys(rewriter.launched)]
     if not launched:
