@@ -7,7 +7,7 @@
 #   bash bench/gpu_round.sh tests attacks          # the GPU tests, then the attack suite
 #   bash bench/gpu_round.sh confine-honest         # the suite's honest kernels under the confinement (needs numpy<2.4)
 #   bash bench/gpu_round.sh coverage               # level 1 prepared at own shapes: footprint and slots a problem
-#   bash bench/gpu_round.sh seeds sol-sweep        # kevo seed + verify at own shapes; a sweep that stops at SOL
+#   bash bench/gpu_round.sh seeds sol-sweep        # kevo seed + verify at own shapes (SEED_PROBLEMS: those only); a sweep that stops at SOL
 #   bash bench/gpu_round.sh fixtures               # Inductor's GPU output under each configuration; seed --all
 #   bash bench/gpu_round.sh stream real-size       # a 48-variant cold stream; 23_Softmax at its own shapes
 #   bash bench/gpu_round.sh breakdown              # where an evaluation's time goes, at real size and cold
@@ -85,12 +85,13 @@ sec_attacks() {
 sec_seeds() {  # strong first kernels: kevo seed + verify at each problem's own shapes, and past 2^31 elements
     mkdir -p "$OUT/seeds"
     local p
-    for p in 19_ReLU 23_Softmax 25_Swish 40_LayerNorm 48_Mean_reduction_over_a_dimension \
-             2_Standard_matrix_multiplication_ 50_conv_standard_2D__square_input__square_kernel; do
+    for p in ${SEED_PROBLEMS:-19_ReLU 23_Softmax 25_Swish 40_LayerNorm 48_Mean_reduction_over_a_dimension \
+             2_Standard_matrix_multiplication_ 50_conv_standard_2D__square_input__square_kernel}; do
         timeout "$(left)" python3 -m evolve.cli seed "$L1/$p.py" -o "$OUT/seeds/$p.py" || continue
         timeout "$(left)" python3 -m evolve.cli verify "$L1/$p.py" "$OUT/seeds/$p.py" --device cuda --json \
             > "$OUT/seeds/$p.json"
     done
+    [[ -n ${SEED_PROBLEMS:-} ]] && return  # the problems named only
     # 143 x 4867 x 4801: 3.3 billion elements, past 32-bit indexing
     timeout "$(left)" python3 -m evolve.cli verify "$L1/48_Mean_reduction_over_a_dimension.py" \
         "$OUT/seeds/48_Mean_reduction_over_a_dimension.py" --device cuda --json \
@@ -204,7 +205,7 @@ spy() {  # name, then a command: run it under py-spy (every process under it, wa
     # py-spy: pip download py-spy --no-deps -d .devbundle (activate.sh installs every wheel there)
     if ! command -v py-spy > /dev/null; then echo "py-spy is not installed"; return 1; fi
     # where py-spy may not read other processes (no ptrace in the container), the command runs plain
-    if ! timeout 60 py-spy record --rate 10 --duration 1 --format raw -o /tmp/kevo-spy-probe.txt -- \
+    if ! timeout 60 py-spy record --rate 10 --duration 1 --format raw -o /tmp/spy-probe.txt -- \
             python3 -c "import time; time.sleep(3)" > /dev/null 2>&1; then
         echo "py-spy cannot sample here: running the command without it"
         timeout "$(left)" "$@"

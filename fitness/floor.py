@@ -132,6 +132,23 @@ def count_work(problem: Problem, device: str = "cpu", fake: bool = True) -> Work
         return dataclasses.replace(_count(problem, device, fake=False), note=f"{why}; run for real on {device}")
 
 
+def reduction_terms(problem: Problem, device: str, output_elements: int) -> float:
+    """How many products each output element sums, on average: the reference's FLOPs (counted
+    with fake tensors, or declared) over two per output element; at least 1. 1.0 where the
+    reference cannot be traced with fake tensors (it is not run for real here: at a problem's
+    own sizes that would be one more forward beside the references already made).
+
+    >>> from fitness.problem import load_problem
+    >>> reduction_terms(load_problem("problems/matmul/reference.py", {"M": 2, "K": 3, "N": 4}), "cpu", 8)
+    3.0
+    """
+    try:
+        flops = _count(problem, device, fake=True).flops
+    except (RuntimeError, NotImplementedError, TypeError, ValueError, AssertionError):
+        return 1.0
+    return max(1.0, flops / (2 * max(1, output_elements)))
+
+
 def _count(problem: Problem, device: str, fake: bool) -> Work:
     import torch
     from torch._subclasses.fake_tensor import FakeTensorMode

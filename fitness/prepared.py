@@ -23,8 +23,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fitness.compare import CutoffError, Trivial, all_finite, finite_abs_max, output_means, trivial_passes
-from fitness.floor import Floor, floor_for
+from fitness.compare import CutoffError, Trivial, all_finite, output_means, trivial_passes
+from fitness.cutoff import derived_cutoff, output_scale
+from fitness.floor import Floor, floor_for, reduction_terms
 from fitness.memory_plan import Variant
 from fitness.probes import FACTOR_RANGE, Probe, changes
 from fitness.problem import (
@@ -38,7 +39,7 @@ from fitness.problem import (
     make_inputs,
 )
 from fitness.refusal import out_of_memory
-from fitness.settings import DEFAULT_MAX_ABS_DIFF, EvalSettings
+from fitness.settings import EvalSettings
 from platforms import Platform, PlatformUnavailable, time_runs
 from platforms.device_lock import window as device_window
 
@@ -48,33 +49,6 @@ log = logging.getLogger(__name__)
 _SECRET = secrets.SystemRandom()
 
 GB = float(1 << 30)
-
-
-def derived_cutoff(references: list, scale: float) -> tuple[float, str]:
-    """(the cutoff, the rule that gave it) for a problem that names none.
-
-    KernelBench's 1e-2, widened to 8 ulps of 1.0 for a low-precision output
-    dtype (bfloat16: 0.0625), and scaled down with the outputs when they stay
-    below 1: ``max(1e-2, 8 eps) * min(1, max |ref|)``. So a softmax whose
-    outputs sit near 1e-6 is judged at a cutoff that can tell it from zeros,
-    and no output is judged looser than KernelBench would judge it at fp32.
-    Outputs that are all zero keep 1e-2 (the cutoff check then refuses them).
-    ``scale`` is their largest finite |element| (``output_scale``).
-    """
-    import torch
-
-    eps = max((torch.finfo(r.dtype).eps for r in references if r.is_floating_point()), default=0.0)
-    base = max(DEFAULT_MAX_ABS_DIFF, 8 * eps)
-    if scale <= 0:
-        return base, f"{base:.3g} (no cutoff given; every output is zero)"
-    cutoff = base * min(1.0, scale)
-    return cutoff, (f"{cutoff:.3g} = {base:.3g} x min(1, max |ref| {scale:.3g}) (no cutoff given: derived "
-                    f"from the reference's outputs)")
-
-
-def output_scale(references: list) -> float:
-    """The largest finite |element| over all of ``references`` (0.0 for none)."""
-    return max((finite_abs_max(r) for r in references), default=0.0)
 
 
 class PreparedProblem:
@@ -222,7 +196,8 @@ class PreparedProblem:
                 self._main_scale = output_scale(references)
                 self._main_finite = all(all_finite(r) for r in references)
                 if self.cutoff is None:
-                    self.cutoff, self.cutoff_rule = derived_cutoff(references, self._main_scale)
+                    terms = reduction_terms(problem, self.device, sum(r.numel() for r in references))
+                    self.cutoff, self.cutoff_rule = derived_cutoff(references, self._main_scale, terms)
             if required:
                 # on the inputs as drawn: the reference may have changed the ones it was given
                 found = trivial_passes(references, make_inputs(problem, seed, self.device), self.cutoff,

@@ -39,7 +39,7 @@ from evolve.capture.regions import (NotWritable, RegionSpec, before_writes, bind
 from evolve.session import STORE_FILE
 from evolve.sweep import stored_entries
 from fitness.compare import compare
-from fitness.prepared import derived_cutoff, output_scale
+from fitness.cutoff import derived_cutoff, output_scale
 from fitness.problem import build_model, declared_cutoff, load_problem, make_inputs
 from platforms import Platform, get_platform
 from population_store import RunStore
