@@ -177,9 +177,13 @@ def main() -> None:
     parser.add_argument("--window-ms", type=float, help="the timed window (default: the platform's)")
     parser.add_argument("--passes", type=int, default=1,
                         help="the stream this many times per plan (later passes: Triton's disk cache warm)")
+    parser.add_argument("--compile-timeout", type=float, help="fitness.compile_timeout_s (default: the config's)")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     config = load_config(args.config)
+    if args.compile_timeout is not None:
+        config = dataclasses.replace(config, fitness=dataclasses.replace(config.fitness,
+                                                                         compile_timeout_s=args.compile_timeout))
     shapes = apply_shapes(config.problem.reference, args.shape, config.problem.shapes, ignore_unknown=False)
     config = dataclasses.replace(config, problem=dataclasses.replace(config.problem, shapes=shapes))
     sources = stream(config, args.candidates)

@@ -155,7 +155,7 @@ class WorkerChannel:
                 answer = interim(reply, tensors)  # type: ignore[misc]  (a step with interims is given one)
                 del tensors  # our copy of these outputs goes before the next ones arrive
                 worker.send(answer.to_wire())
-                reply, tensors = self._answer(worker, nonce, step)
+                reply, tensors = self._answer(worker, nonce, step, compiling=isinstance(reply, Compiling))
         except WorkerGone:
             self.discard()
             raise
@@ -167,8 +167,20 @@ class WorkerChannel:
             self.discard()
         return reply, tensors
 
-    def _answer(self, worker: WorkerProcess, nonce: str, step: Step) -> tuple[Reply, list]:
-        data, tensors = worker.answer(nonce, self.settings.timeout_s)
+    def _answer(self, worker: WorkerProcess, nonce: str, step: Step, compiling: bool = False) -> tuple[Reply, list]:
+        """The worker's next message in ``step``; ``compiling``: it has just said that it compiles
+        a kernel, and gets ``compile_timeout_s`` for that (a step's own limit is ``timeout_s``)."""
+        budget = self.settings.compile_timeout_s
+        if not compiling or budget >= self.settings.timeout_s:
+            data, tensors = worker.answer(nonce, self.settings.timeout_s)
+            return _read(step, data, tensors), tensors
+        try:
+            data, tensors = worker.answer(nonce, budget)
+        except WorkerGone as gone:
+            if gone.status != Status.TIMEOUT.value:
+                raise
+            raise WorkerGone(Status.TIMEOUT.value, f"compiling one kernel took more than {budget:g} s "
+                             "(fitness.compile_timeout_s); the worker was killed") from None
         return _read(step, data, tensors), tensors
 
     def _request(self, worker: WorkerProcess, step: Step) -> Reply:

@@ -30,6 +30,9 @@ class EvalSettings:
     # last: a kernel that cheats on half of its runs escapes 10 checks once in 1,024 evaluations.
     timed_checks: int = 10
     timeout_s: float = 300.0  # per step (import, one call, one timing window)
+    # One Triton compile of a candidate's (the worker lends the lane out meanwhile): a kernel that
+    # compiles longer holds its slot that long; over this it is a timeout and the worker is killed.
+    compile_timeout_s: float = 60.0
     startup_timeout_s: float = 180.0
     memory_limit_bytes: int = 0  # address-space cap of a CPU worker; 0: none
     screen: bool = True  # static screen (the runtime defences stay on regardless)

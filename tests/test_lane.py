@@ -369,3 +369,50 @@ def test_the_devices_peaks_are_measured_alone_on_it_once(monkeypatch, tmp_path):
     # measured once, inside the exclusive lane; then read from the cache (by floor_for, inside the shared hold)
     assert depths[0] == 1 and len(depths) == 3, depths
     assert lane.timings == 1  # one exclusive hold: the measurement's (the second evaluator took none)
+
+
+def test_a_kernel_that_compiles_past_its_budget_is_a_timeout_and_the_step_limit_stays_for_the_rest():
+    """fitness.compile_timeout_s: once the worker says it compiles, the evaluator waits that long
+    for it, not the step's whole timeout_s, and says what ran over."""
+    import collections
+    import types
+
+    import pytest
+
+    from fitness.channel import WorkerChannel
+    from fitness.protocol import Call, Compiling
+    from fitness.sandbox import WorkerGone
+    from fitness.settings import EvalSettings
+
+    class SlowCompiler:
+        """A worker that says it compiles, then answers nothing within any limit."""
+
+        def __init__(self):
+            self.waits, self.sent = [], []
+
+        def alive(self):
+            return True
+
+        def send(self, message):
+            self.sent.append(message)
+            return "n1"
+
+        def answer(self, nonce, timeout):
+            self.waits.append(timeout)
+            if len(self.waits) == 1:
+                return {**Compiling().to_wire(), "nonce": nonce}, []
+            raise WorkerGone("timeout", f"no answer within {timeout:g} s; the worker was killed")
+
+        def stop(self):
+            pass
+
+    settings = EvalSettings(timeout_s=300.0, compile_timeout_s=7.0)
+    channel = WorkerChannel(types.SimpleNamespace(synchronize=lambda: None, name="cpu"), settings,
+                            collections.Counter())
+    worker = channel.worker = SlowCompiler()
+    with NoLane().shared() as hold, pytest.raises(WorkerGone) as gone:
+        channel.step(Call(101, [16], None, lend=True), interim=channel.lending(hold))
+    assert worker.waits == [300.0, 7.0]  # the step's limit until the compile began, then the budget
+    assert gone.value.status == "timeout"
+    assert "compiling one kernel took more than 7 s" in gone.value.reason
+    assert channel.worker is None  # discarded: the next step starts a new worker

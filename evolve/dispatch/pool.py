@@ -49,7 +49,8 @@ def evaluator_spec(config: Config) -> EvaluatorSpec:
 def eval_settings(config: Config) -> EvalSettings:
     """The evaluator's settings from the config: its timeout and how parents are profiled."""
     profiler = config.profiler
-    return EvalSettings(timeout_s=config.fitness.timeout_s, probes=config.fitness.probes,
+    return EvalSettings(timeout_s=config.fitness.timeout_s, compile_timeout_s=config.fitness.compile_timeout_s,
+                        probes=config.fitness.probes,
                         profiler_enabled=profiler.enabled,
                         ncu_bin_path=None if profiler.ncu_bin_path is None else str(profiler.ncu_bin_path),
                         rocprof_bin_path=None if profiler.rocprof_bin_path is None else str(profiler.rocprof_bin_path),
