@@ -171,16 +171,14 @@ class WorkerChannel:
         """The worker's next message in ``step``; ``compiling``: it has just said that it compiles
         a kernel, and gets ``compile_timeout_s`` for that (a step's own limit is ``timeout_s``)."""
         budget = self.settings.compile_timeout_s
-        if not compiling or budget >= self.settings.timeout_s:
-            data, tensors = worker.answer(nonce, self.settings.timeout_s)
-            return _read(step, data, tensors), tensors
+        limit = min(budget, self.settings.timeout_s) if compiling else self.settings.timeout_s
         try:
-            data, tensors = worker.answer(nonce, budget)
+            data, tensors = worker.answer(nonce, limit)
         except WorkerGone as gone:
-            if gone.status != Status.TIMEOUT.value:
-                raise
-            raise WorkerGone(Status.TIMEOUT.value, f"compiling one kernel took more than {budget:g} s "
-                             "(fitness.compile_timeout_s); the worker was killed") from None
+            if limit < self.settings.timeout_s and gone.status == Status.TIMEOUT.value:
+                raise WorkerGone(Status.TIMEOUT.value, f"compiling one kernel took more than {budget:g} s "
+                                 "(fitness.compile_timeout_s); the worker was killed") from None
+            raise
         return _read(step, data, tensors), tensors
 
     def _request(self, worker: WorkerProcess, step: Step) -> Reply:
