@@ -11,9 +11,10 @@
 #   bash bench/gpu_round.sh fixtures               # Inductor's GPU output under each configuration; seed --all
 #   bash bench/gpu_round.sh stream real-size       # a 48-variant cold stream; 23_Softmax at its own shapes
 #   bash bench/gpu_round.sh stream-budget          # the cold stream with each compile cut at 8 s
-#   bash bench/gpu_round.sh breakdown              # where an evaluation's time goes, at real size and cold
+#   bash bench/gpu_round.sh breakdown              # where an evaluation's time goes, at real size (REAL_ONLY=1: only) and cold
 #   bash bench/gpu_round.sh spy-stream spy-real    # the same, sampled by py-spy: where every process's threads wait
 #   bash bench/gpu_round.sh compile-scaling        # Triton's compiles in 1, 4 and 12 processes at once
+#   bash bench/gpu_round.sh trace-cost             # the device trace's own cost a window, small and real size
 #   bash bench/gpu_round.sh sol30                  # kevo's best at own shapes on 33 level-1 problems (resumable)
 #   bash bench/gpu_round.sh llm busy-seq busy-side # LLM overlap; a 20-problem sweep one by one, then 3 side by side
 #   bash bench/gpu_round.sh models                 # extract, sweep and apply five level-3 models (MODELS, MODEL_EVALS)
@@ -203,6 +204,7 @@ platform: cuda
 EOF
     timeout "$(left)" python3 bench/eval_breakdown.py --config "$OUT/breakdown.yaml" --repeats 3 \
         --out "$OUT/breakdown_real_size.json"
+    [[ -n ${REAL_ONLY:-} ]] && return
     TRITON_CACHE_DIR=$(mktemp -d) timeout "$(left)" python3 bench/eval_breakdown.py --config configs/softmax.yaml \
         --shape batch_size=4096 --shape dim=8192 --repeats 6 --out "$OUT/breakdown_stream.json"
 }
@@ -250,6 +252,11 @@ platform: cuda
 EOF
     spy real python3 -m evolve.cli run "$OUT/spy_real.yaml" --run-dir "$OUT/spy-real"
     timeout 60 python3 -m evolve.cli report "$OUT/spy-real" > "$OUT/spy_real_report.txt" 2>&1
+}
+
+sec_trace_cost() {  # what the device trace of one window costs, the first of a process and the later ones
+    timeout "$(left)" python3 bench/trace_cost.py --cols ${TRACE_COLS:-8192 393216} --windows 4 \
+        --out "$OUT/trace_cost.json"
 }
 
 sec_compile_scaling() {  # Triton compiles in 1, 4, 12 processes at once, kevo aside: do they run side by side here?

@@ -89,6 +89,7 @@ class Work:
     dtype: str  # of the largest floating-point input or parameter ("" when there is none)
     traced: str  # "fake" (FakeTensorMode) or "real" (run on the device)
     note: str = ""
+    scan_terms: int = 1  # the longest running sum (cumsum, ...) the forward takes: its last output sums as many
 
     @property
     def bytes(self) -> int:
@@ -134,7 +135,9 @@ def count_work(problem: Problem, device: str = "cpu", fake: bool = True) -> Work
 
 def reduction_terms(problem: Problem, device: str, output_elements: int) -> float:
     """How many products each output element sums, on average: the reference's FLOPs (counted
-    with fake tensors, or declared) over two per output element; at least 1. 1.0 where the
+    with fake tensors, or declared) over two per output element; at least 1, and at least the
+    length of the longest running sum it takes (a cumsum's last output sums its whole row:
+    FLOPs, one add an output, do not tell). 1.0 where the
     reference cannot be traced with fake tensors (it is not run for real here: at a problem's
     own sizes that would be one more forward beside the references already made).
 
@@ -143,10 +146,11 @@ def reduction_terms(problem: Problem, device: str, output_elements: int) -> floa
     3.0
     """
     try:
-        flops = _count(problem, device, fake=True).flops
+        work = _count(problem, device, fake=True)
+        flops = work.flops
     except (RuntimeError, NotImplementedError, TypeError, ValueError, AssertionError):
         return 1.0
-    return max(1.0, flops / (2 * max(1, output_elements)))
+    return max(1.0, flops / (2 * max(1, output_elements)), float(work.scan_terms))
 
 
 def _count(problem: Problem, device: str, fake: bool) -> Work:
@@ -162,11 +166,12 @@ def _count(problem: Problem, device: str, fake: bool) -> Work:
     cpu_attention = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
     mapping = {cpu_attention: _attention_flops} if cpu_attention is not None else None
     counter = FlopCounterMode(display=False, custom_mapping=mapping) if fake else _flop_count(mapping)
+    scans = _scans()
     with FakeTensorMode(allow_non_fake_inputs=True) if fake else contextlib.nullcontext():
         if fake:
             _materialise(model, device)
         inputs = make_inputs(problem, INPUT_SEED, device)
-        with torch.no_grad(), counter:
+        with torch.no_grad(), counter, scans:
             outputs = model(*inputs)
     weights = list(model.parameters()) + list(model.buffers())
     declared = declared_flops(problem.module, problem.path)
@@ -176,7 +181,29 @@ def _count(problem: Problem, device: str, fake: bool) -> Work:
                 float(declared if declared is not None else counter.get_total_flops()),
                 "declared" if declared is not None else "counted",
                 str(largest.dtype).removeprefix("torch.") if largest is not None else "",
-                "fake" if fake else "real")
+                "fake" if fake else "real", scan_terms=scans.longest)
+
+
+def _scans() -> Any:
+    """A dispatch mode that notes the longest running sum or product the forward takes."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    aten = torch.ops.aten
+    running = {aten.cumsum, aten.cumprod, aten.logcumsumexp, aten._logcumsumexp}
+
+    class Scans(TorchDispatchMode):
+        longest = 1
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func._overloadpacket in running and args and isinstance(args[0], torch.Tensor):
+                x, dim = args[0], (args[1] if len(args) > 1 else kwargs.get("dim", -1))
+                if x.dim():
+                    self.longest = max(self.longest, int(x.shape[dim]))
+            return func(*args, **kwargs)
+
+    return Scans()
 
 
 def _flop_count(mapping: dict | None) -> Any:

@@ -63,13 +63,14 @@ def watched_objects(torch, triton_jit, interpreter, platform) -> dict[str, tuple
                    "sum", "mul_", "add_", "item", "is_contiguous", "storage_offset", "element_size"):
         watched[f"torch.Tensor.{method}"] = (torch.Tensor, method)
     # how an input's witness is checked: bit for bit, or by its fingerprint (platforms.fingerprint)
-    for name in ("randint", "zeros", "Generator", "mul"):
+    for name in ("randint", "zeros", "Generator", "mul", "tensor"):
         watched[f"torch.{name}"] = (torch, name)
-    from platforms import fingerprint
+    from platforms import fingerprint, fingerprint_triton
 
-    for name in vars(fingerprint):
-        if not name.startswith("__"):
-            watched[f"platforms.fingerprint.{name}"] = (fingerprint, name)
+    for module in (fingerprint, fingerprint_triton):
+        for name in vars(module):
+            if not name.startswith("__"):
+                watched[f"{module.__name__}.{name}"] = (module, name)
     for method in ("matches", "__eq__", "__init__"):  # (of, a classmethod, is a new object at each lookup)
         watched[f"Fingerprint.{method}"] = (fingerprint.Fingerprint, method)
     # watched on every platform: a CPU run must not teach a kernel to patch them

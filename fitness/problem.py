@@ -183,7 +183,8 @@ def held_out_shapes(path: str | Path, shapes: dict[str, int] | None = None,
 
     The problem's ``HELD_OUT_SHAPES`` when it declares them (a group of one
     each). Otherwise two groups derived from the knobs: ``per_side`` smaller
-    and ``per_side`` larger variants, every constant of at least 8 drawn with
+    and ``per_side`` larger variants, every constant of at least 8 (but the model's own,
+    ``model_knobs``) drawn with
     ``rng`` from roughly 65-85% (or 110-130%) of its value, as an odd number
     that is not a power of two, so a kernel that hard-codes its shape, its
     bounds or its grid, or forgets a mask, fails. Drawn with a secret ``rng``
@@ -199,7 +200,8 @@ def held_out_shapes(path: str | Path, shapes: dict[str, int] | None = None,
         return [[d] for d in declared]
     base = {k.name: k.value for k in shape_knobs(path)}
     base.update(shapes or {})
-    knobs = {name: value for name, value in base.items() if value >= _MIN_PERTURBED}
+    fixed = model_knobs(tree)
+    knobs = {name: value for name, value in base.items() if value >= _MIN_PERTURBED and name not in fixed}
     if not knobs:
         return []
     rng = rng or random.Random(0)
@@ -212,6 +214,33 @@ def held_out_shapes(path: str | Path, shapes: dict[str, int] | None = None,
                 group.append(variant)
         groups.append(group)
     return groups
+
+
+def model_knobs(tree: ast.Module) -> set[str]:
+    """The module-level names ``get_init_inputs`` reads, directly or through module-level
+    assignments: the model's own sizes (a pooling window, a normalised shape, channel counts),
+    which build its weights. Derived held-out shapes keep them, as a compiler that
+    specialises a model to its weights' shapes may (torch.compile does); they vary the
+    sizes of the data alone.
+
+    >>> tree = ast.parse("k = 3; n = 8; m = 9; shape = (n, 2)")
+    >>> tree.body += ast.parse("def get_init_inputs(): return [k, shape]").body
+    >>> sorted(model_knobs(tree))
+    ['k', 'n', 'shape']
+    """
+    assigned = {node.targets[0].id: node.value for node in tree.body if isinstance(node, ast.Assign)
+                and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)}
+    init = next((node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "get_init_inputs"),
+                None)
+    todo = [] if init is None else [init]
+    seen: set[str] = set()
+    while todo:
+        for name in (n.id for n in ast.walk(todo.pop()) if isinstance(n, ast.Name)):
+            if name not in seen:
+                seen.add(name)
+                if name in assigned:
+                    todo.append(assigned[name])
+    return seen
 
 
 def draw_held_out(value: int, rng: random.Random, grow: bool = False) -> int:

@@ -90,5 +90,7 @@ class TimedWindow:
         self.phases["warm-up"] = window_at - self.started
         self.phases["window"] = end - window_at
         self.phases["trace"] = timing.trace_s  # inside the window: the device trace's own cost
+        for part, seconds in zip(("start", "stop", "read"), timing.trace_parts_s):
+            self.phases[f"trace: {part}"] = seconds
         return Timed(timing.runs_ms, timing.wall_ms, timing.overhead_ms, timing.device_ms, sorted(self.chosen),
                      self.phases)

@@ -13,8 +13,11 @@ the last whole word count a word each, with multipliers of their own), and
 with odd weights ``k`` and odd chunk multipliers ``m_c`` drawn from a key
 the OS gives for each witness. Changing any one word changes the digest
 (an odd weight times a nonzero 64-bit difference is never 0 mod 2^64);
-changes that cancel need the key. It is computed chunk by chunk on the
-device, so it needs about ``scratch_bytes()`` of memory whatever the size.
+changes that cancel need the key. It is computed on the device, chunk by
+chunk with torch ops, or on a GPU in one Triton launch that sums the same
+(``platforms.fingerprint_triton``, checked against the torch ops once a
+process: ``fused_ok``); either needs at most about ``scratch_bytes()`` of
+memory whatever the size.
 
 The key lives in the worker, as a copy would: a candidate able to read the
 worker's memory could rewrite either. What the witness guards against is a
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
+import warnings
 from typing import Any
 
 #: 64-bit words summed at a time: 16 Mi words (a 128 MiB slice of the tensor). The words are read
@@ -80,17 +84,67 @@ def _digest(tensor: Any, key: int, words_per_chunk: int) -> int:
     length = max(min(words_per_chunk, n_words), 7)  # a chunk's words, and the up to 7 bytes of an edge
     weights = torch.randint(0, 1 << 61, (length,), generator=generator, device=raw.device, dtype=torch.int64)
     weights = weights.mul_(2).add_(1)
-    product = torch.zeros(length, dtype=torch.int64, device=raw.device)
-    total = torch.zeros((), dtype=torch.int64, device=raw.device)
-    for c, start in enumerate(range(0, n_words, words_per_chunk)):
-        part = words[start:start + words_per_chunk]
-        n = part.numel()
-        total.add_(torch.mul(part, weights[:n], out=product[:n]).sum().mul_(_multiplier(key, c)))
+    if n_words and fused_ok(raw.device):  # one launch (platforms.fingerprint_triton), the same sum
+        from platforms.fingerprint_triton import weighted_sum
+
+        chunks = -(-n_words // words_per_chunk)
+        multipliers = torch.tensor([_multiplier(key, c) for c in range(chunks)], dtype=torch.int64)
+        total = weighted_sum(words, weights[:min(words_per_chunk, n_words)], multipliers.to(raw.device))
+    else:
+        total = _chunked_sum(words, weights, key, words_per_chunk)
     for edge, chunk in edges:
         if edge.numel():
             part = edge.to(torch.int64).mul_(weights[: edge.numel()])
             total.add_(part.sum().mul_(_multiplier(key, chunk)))
     return int(total.item()) & _MASK
+
+
+def _chunked_sum(words: Any, weights: Any, key: int, words_per_chunk: int) -> Any:
+    """The words' weighted sum with torch ops, chunk by chunk (a 0-dim int64 tensor)."""
+    import torch
+
+    product = torch.zeros(weights.numel(), dtype=torch.int64, device=words.device)
+    total = torch.zeros((), dtype=torch.int64, device=words.device)
+    for c, start in enumerate(range(0, words.numel(), words_per_chunk)):
+        part = words[start:start + words_per_chunk]
+        n = part.numel()
+        total.add_(torch.mul(part, weights[:n], out=product[:n]).sum().mul_(_multiplier(key, c)))
+    return total
+
+
+#: Per device: whether the one-launch sum gives the chunked sum's digest there (checked once).
+_FUSED: dict[str, bool] = {}
+
+
+def fused_ok(device: Any) -> bool:
+    """Whether ``device`` sums with one launch: a GPU on which the launch gives, on a test
+    tensor, the digest the torch ops give (else, or without Triton, the torch ops stay)."""
+    import torch
+
+    if device.type == "cpu":
+        return False
+    name = str(device)
+    if name not in _FUSED:
+        _FUSED[name] = False
+        try:
+            from platforms.fingerprint_triton import BLOCK
+
+            g = torch.Generator(device=device).manual_seed(7)
+            words = torch.randint(-(1 << 62), 1 << 62, (3 * BLOCK + 5,), generator=g, device=device)
+            same = True
+            for per_chunk in (BLOCK, 7, 10 * BLOCK):  # a block a chunk, many chunks a block, one chunk
+                tensor = words.view(torch.float64)
+                _FUSED[name] = True
+                fused = _digest(tensor, 11, per_chunk)
+                _FUSED[name] = False
+                same = same and fused == _digest(tensor, 11, per_chunk)
+            _FUSED[name] = same
+            if not same:
+                warnings.warn(f"the fingerprint's one-launch sum differs from the torch ops' on {name}: "
+                              "the torch ops stay", RuntimeWarning, stacklevel=2)
+        except Exception:  # no Triton for this device: the torch ops
+            _FUSED[name] = False
+    return _FUSED[name]
 
 
 def _multiplier(key: int, chunk: int) -> int:

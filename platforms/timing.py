@@ -45,6 +45,7 @@ class Timing:
     overhead_ms: float = 0.0  # the timer's own cost: a run that does nothing
     device_ms: list[float] | None = None  # first to last device activity of each run (platforms.timeline)
     trace_s: float = 0.0  # host seconds the device trace cost: starting, stopping and reading it
+    trace_parts_s: tuple[float, float, float] = (0.0, 0.0, 0.0)  # of trace_s: start, stop, read
 
     @property
     def from_device(self) -> bool:
@@ -172,7 +173,7 @@ def time_runs(
     marks, walls = [], []
     entered = clock()
     with timeline or contextlib.nullcontext():
-        trace_s = clock() - entered
+        started_s = clock() - entered
         for i in range(n_runs):
             args = prepare(i)
             platform.flush_cache()
@@ -188,12 +189,12 @@ def time_runs(
             finish(i, args, out)
             del out, args  # before the next run's inputs are made: one run's memory at a time
         leaving = clock()
-    trace_s += clock() - leaving  # the trace stopped
+    stopped_s = clock() - leaving  # the trace stopped
     runs = [elapsed(start, stop) for start, stop in marks]
     reading = clock()
     spans = timeline.spans(n_runs) if timeline else None
-    trace_s += clock() - reading
-    return Timing(runs, walls, overhead, spans, trace_s)
+    parts = (started_s, stopped_s, clock() - reading)
+    return Timing(runs, walls, overhead, spans, sum(parts), parts)
 
 
 def _nothing(*args: Any) -> None:

@@ -84,3 +84,36 @@ def test_an_honest_matvec_over_large_sums_is_accepted_and_one_that_skips_a_block
     assert honest.status is Status.ACCEPTED, honest.reason
     assert honest.max_abs_diff > 1e-2  # what KernelBench's 1e-2 alone would have refused
     assert skips.status is Status.WRONG, skips.reason  # 256 of 262144 terms dropped: ~56 off
+
+
+SCAN = textwrap.dedent("""
+    import torch
+    import torch.nn as nn
+
+    class Model(nn.Module):
+        def __init__(self, dim):
+            super().__init__()
+            self.dim = dim
+
+        def forward(self, x):
+            return torch.cumsum(x, dim=self.dim)
+
+    batch_size = 4
+    length = 3000
+
+    def get_inputs():
+        return [torch.rand(batch_size, length)]
+
+    def get_init_inputs():
+        return [1]
+""")
+
+
+def test_a_running_sum_counts_its_rows_length_as_its_terms(tmp_path):
+    # One add an output: its FLOPs say 1 term, but the row's last output sums all 3000
+    # (KernelBench's 89_cumsum: 32768, and its torch.compile seed was 0.07 off against 1e-2).
+    reference = tmp_path / "scan.py"
+    reference.write_text(SCAN)
+    assert reduction_terms(load_problem(reference), "cpu", 4 * 3000) == 3000.0
+    reference.write_text(SCAN.replace("return [1]", "return [0]"))
+    assert reduction_terms(load_problem(reference), "cpu", 4 * 3000) == 4.0

@@ -124,8 +124,11 @@ def test_the_worker_watches_the_fingerprint_and_what_it_computes_with():
 
     watch = Watch(watched_objects(torch, triton_jit, interpreter, get_platform("cpu")))
     assert not watch.tampered()
+    from platforms import fingerprint_triton
+
     for owner, name in [(Fingerprint, "matches"), (fingerprint, "_digest"), (torch.Tensor, "item"),
-                        (torch.Tensor, "sum"), (torch, "randint"), (torch, "equal")]:
+                        (torch.Tensor, "sum"), (torch, "randint"), (torch, "equal"),
+                        (fingerprint, "fused_ok"), (fingerprint_triton, "weighted_sum")]:
         original = getattr(owner, name)
         setattr(owner, name, lambda *args, **kwargs: True)
         try:
@@ -133,3 +136,50 @@ def test_the_worker_watches_the_fingerprint_and_what_it_computes_with():
         finally:
             setattr(owner, name, original)
         assert not watch.tampered()
+
+
+FUSED = """
+import sys
+import torch
+from platforms import fingerprint
+from platforms.fingerprint import Fingerprint
+from platforms.fingerprint_triton import BLOCK
+
+g = torch.Generator().manual_seed(3)
+cases = [(torch.randn(3 * BLOCK + 5, generator=g, dtype=torch.float64), BLOCK),   # a block a chunk
+         (torch.randn(700, generator=g)[1:], 7),                                  # an edge, many chunks a block
+         (torch.randint(0, 255, (5 * BLOCK + 3,), generator=g, dtype=torch.uint8), 10 * BLOCK)]  # one chunk
+original = fingerprint.fused_ok
+for tensor, per_chunk in cases:
+    chunked = Fingerprint.of(tensor, key=99, words_per_chunk=per_chunk)
+    fingerprint.fused_ok = lambda device: True  # the one-launch sum, under Triton's interpreter
+    fused = Fingerprint.of(tensor, key=99, words_per_chunk=per_chunk)
+    changed = tensor.clone()
+    changed.view(torch.uint8)[len(changed.view(torch.uint8)) // 2] ^= 4
+    caught = not fused.matches(changed, words_per_chunk=per_chunk)
+    fingerprint.fused_ok = original
+    print(fused.digest == chunked.digest, caught)
+"""
+
+
+def test_the_one_launch_sum_gives_the_chunked_digest_to_the_bit():
+    # On a GPU the digest's sum is one Triton launch (platforms.fingerprint_triton), not four
+    # torch ops a chunk; run here under Triton's interpreter, it must give the same digest
+    # (a GPU worker checks the same once, at its start: fingerprint.fused_ok).
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
+    done = subprocess.run([sys.executable, "-c", FUSED], capture_output=True, text=True, env=env, cwd=ROOT,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["True", "True"] * 3, done.stdout
+
+
+def test_the_cpu_keeps_the_torch_ops():
+    from platforms.fingerprint import fused_ok
+
+    assert fused_ok(torch.device("cpu")) is False

@@ -108,3 +108,50 @@ def test_a_kernel_that_fails_only_at_a_held_out_shape_says_which_and_how_large()
     shapes = ", ".join(f"{k}={v}" for k, v in shown.shapes.items())
     elements = shown.shapes["batch_size"] * shown.shapes["dim"]
     assert result.reason.startswith(f"at held-out shapes {shapes} (its largest tensor {elements:,} elements): ")
+
+
+POOLING = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, kernel_size, norm_shape):
+        super().__init__()
+        self.pool = nn.MaxPool1d(kernel_size)
+        self.norm = nn.LayerNorm(norm_shape)
+
+    def forward(self, x):
+        return self.norm(self.pool(x))
+
+
+batch_size = 16
+features = 12
+length = 640
+kernel_size = 8
+pooled = length // kernel_size
+norm_shape = (features, pooled)
+
+
+def get_inputs():
+    return [torch.rand(batch_size, features, length)]
+
+
+def get_init_inputs():
+    return [kernel_size, norm_shape]
+"""
+
+
+def test_derived_variants_keep_the_models_own_sizes(tmp_path):
+    # A pooling window and a normalised shape build the model (its weights): like torch.compile,
+    # a kernel may specialise to them. Derived held-out shapes vary the data's sizes alone.
+    problem = tmp_path / "pool_norm.py"
+    problem.write_text(POOLING)
+    groups = held_out_shapes(problem, rng=random.Random(5))
+    variants = [variant for group in groups for variant in group]
+    assert variants and all(set(variant) == {"batch_size"} for variant in variants)
+    assert all(variant["batch_size"] != 16 for variant in variants)
+    # without a get_init_inputs that reads them, the same knobs are data sizes and vary
+    problem.write_text(POOLING.replace("return [kernel_size, norm_shape]", "return [8, (12, 80)]"))
+    variants = [variant for group in held_out_shapes(problem, rng=random.Random(5)) for variant in group]
+    assert all(set(variant) == {"batch_size", "features", "length", "kernel_size"} for variant in variants)
