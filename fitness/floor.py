@@ -127,7 +127,7 @@ def count_work(problem: Problem, device: str = "cpu", fake: bool = True) -> Work
     if not fake:
         return _count(problem, device, fake=False)
     try:
-        return _count(problem, device, fake=True)
+        return _fake_count(problem, device)
     except (RuntimeError, NotImplementedError, TypeError, ValueError, AssertionError) as exc:
         why = f"fake tensors cannot run the reference ({type(exc).__name__}: {str(exc).splitlines()[0][:160]})"
         return dataclasses.replace(_count(problem, device, fake=False), note=f"{why}; run for real on {device}")
@@ -146,11 +146,25 @@ def reduction_terms(problem: Problem, device: str, output_elements: int) -> floa
     3.0
     """
     try:
-        work = _count(problem, device, fake=True)
+        work = _fake_count(problem, device)
         flops = work.flops
     except (RuntimeError, NotImplementedError, TypeError, ValueError, AssertionError):
         return 1.0
     return max(1.0, flops / (2 * max(1, output_elements)), float(work.scan_terms))
+
+
+#: Counts with fake tensors, by loaded problem (its module, kept so that its id is not reused), dtype
+#: and device: the cutoff's terms and the floor ask for the same one when a problem is prepared.
+_FAKE_WORK: dict[tuple, tuple[Any, Work]] = {}
+
+
+def _fake_count(problem: Problem, device: str) -> Work:
+    key = (id(problem.module), problem.dtype, device)
+    if key not in _FAKE_WORK:
+        if len(_FAKE_WORK) >= 64:
+            _FAKE_WORK.clear()
+        _FAKE_WORK[key] = (problem.module, _count(problem, device, fake=True))
+    return _FAKE_WORK[key][1]
 
 
 def _count(problem: Problem, device: str, fake: bool) -> Work:
