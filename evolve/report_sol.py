@@ -106,6 +106,8 @@ def sol_lines(report: dict[str, Any]) -> list[str]:
             text += f"; it cannot be told apart from kernel(s) {', '.join(map(str, confirmed['indistinct']))}"
         for failed in confirmed["failed"]:
             text += f"; kernel {failed['id']} was not accepted again ({', '.join(failed['statuses'])})"
+            if failed.get("reasons"):  # runs recorded before the reasons were kept have none
+                text += f": {failed['reasons'][0][:160]}"
         lines.append(text)
     elif report.get("unconfirmed"):
         lines.append(f"unconfirmed {report['unconfirmed']}")

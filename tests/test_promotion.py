@@ -137,6 +137,27 @@ def test_the_top_kernels_are_timed_again_interleaved_and_the_speedup_has_an_inte
     assert f"cannot be told apart from kernel(s) {ids['a']}" in line
 
 
+def test_a_kernel_not_accepted_again_keeps_why_and_the_report_says_it(stored_run):
+    store, ids = stored_run
+
+    class OneRoundOutOfMemory(RoundTimer):
+        def evaluate(self, source: str) -> EvalResult:
+            result = super().evaluate(source)
+            if source == "b" and self.rounds["b"] == 0:
+                return EvalResult(Status.OUT_OF_MEMORY, "kevo's worker ran out of memory during time",
+                                  platform="cuda")
+            return result
+
+    timer = OneRoundOutOfMemory({"b": [1.0] * 3, "a": [1.0] * 3, "c": [1.5] * 3, "s": [2.0] * 3})
+    data = confirm_top(store, InProcessDispatcher(timer), None)
+    assert data["failed"] == [{"id": ids["b"], "statuses": ["out_of_memory", "accepted", "accepted"],
+                               "reasons": ["kevo's worker ran out of memory during time"]}]
+    assert data["speedup_over_seed"] is None  # the best itself failed a round: nothing to compare it by
+    line = next(line for line in sol_lines(build_report(store, store.path.parent)) if line.startswith("confirmed"))
+    assert (f"kernel {ids['b']} was not accepted again (out_of_memory, accepted, accepted): "
+            "kevo's worker ran out of memory during time") in line
+
+
 def test_no_rounds_on_the_cpu_unless_asked_and_the_report_says_so(stored_run):
     store, _ = stored_run
     assert rounds_for(None, "cpu") == 0 and rounds_for(None, "rocm") == 3 and rounds_for(0, "cuda") == 0

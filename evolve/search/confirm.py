@@ -87,8 +87,9 @@ def summarise(kernels: list[Individual], timed: list[list[Any]], seed_id: int) -
         rows.append({"id": kernel.id, "role": role, "statuses": [v.status.value for v in verdicts],
                      "runtime_ms": [v.runtime_ms for v in verdicts],
                      "runtime_spread": [v.runtime_spread for v in verdicts]})
-    failed = [{"id": row["id"], "statuses": row["statuses"]} for row in rows
-              if any(s != "accepted" for s in row["statuses"])]
+    failed = [{"id": row["id"], "statuses": row["statuses"],
+               "reasons": [v.reason[:300] for v in verdicts if v.status.value != "accepted"]}
+              for row, verdicts in zip(rows, timed) if any(s != "accepted" for s in row["statuses"])]
     best = rows[0]
     data: dict[str, Any] = {"rounds": len(timed[0]), "best": best["id"], "seed": seed_id, "kernels": rows,
                             "failed": failed, "speedup_over_seed": None, "indistinct": []}
