@@ -217,22 +217,28 @@ def held_out_shapes(path: str | Path, shapes: dict[str, int] | None = None,
 
 
 def model_knobs(tree: ast.Module) -> set[str]:
-    """The module-level names ``get_init_inputs`` reads, directly or through module-level
-    assignments: the model's own sizes (a pooling window, a normalised shape, channel counts),
-    which build its weights. Derived held-out shapes keep them, as a compiler that
-    specialises a model to its weights' shapes may (torch.compile does); they vary the
-    sizes of the data alone.
+    """The model's own settings: module-level names ``get_init_inputs`` reads and ``get_inputs``
+    does not (directly or through module-level assignments): a pooling window, a stride, a
+    padding, an output width. They build the model, not its data, and derived held-out
+    shapes keep them; a size that shapes the inputs too (a normalised shape, input channels)
+    still varies, so a kernel that hard-codes it is caught.
 
     >>> tree = ast.parse("k = 3; n = 8; m = 9; shape = (n, 2)")
     >>> tree.body += ast.parse("def get_init_inputs(): return [k, shape]").body
-    >>> sorted(model_knobs(tree))
-    ['k', 'n', 'shape']
+    >>> tree.body += ast.parse("def get_inputs(): return [m]").body
+    >>> sorted(model_knobs(tree)), sorted(model_knobs(ast.parse("k = 3; n = 8")))
+    (['k', 'n', 'shape'], [])
     """
+    return _read_by(tree, "get_init_inputs") - _read_by(tree, "get_inputs")
+
+
+def _read_by(tree: ast.Module, function: str) -> set[str]:
+    """The names module-level ``function`` reads, and those the module-level assignments it
+    reads from read, to the end."""
     assigned = {node.targets[0].id: node.value for node in tree.body if isinstance(node, ast.Assign)
                 and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)}
-    init = next((node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "get_init_inputs"),
-                None)
-    todo = [] if init is None else [init]
+    found = next((node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == function), None)
+    todo = [] if found is None else [found]
     seen: set[str] = set()
     while todo:
         for name in (n.id for n in ast.walk(todo.pop()) if isinstance(n, ast.Name)):
