@@ -183,9 +183,9 @@ def held_out_shapes(path: str | Path, shapes: dict[str, int] | None = None,
 
     The problem's ``HELD_OUT_SHAPES`` when it declares them (a group of one
     each). Otherwise two groups derived from the knobs: ``per_side`` smaller
-    and ``per_side`` larger variants, every constant of at least 8 (but the model's own,
-    ``model_knobs``) drawn with
-    ``rng`` from roughly 65-85% (or 110-130%) of its value, as an odd number
+    and ``per_side`` larger variants, every constant of at least 8 but the model's own
+    settings (``model_knobs``) drawn with ``rng`` from roughly 65-85% (or 110-130%)
+    of its value, as an odd number
     that is not a power of two, so a kernel that hard-codes its shape, its
     bounds or its grid, or forgets a mask, fails. Drawn with a secret ``rng``
     (the evaluator's), the shapes cannot be known in advance, so a kernel
