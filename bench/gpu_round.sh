@@ -15,7 +15,7 @@
 #   bash bench/gpu_round.sh spy-stream spy-real    # the same, sampled by py-spy: where every process's threads wait
 #   bash bench/gpu_round.sh compile-scaling        # Triton's compiles in 1, 4 and 12 processes at once
 #   bash bench/gpu_round.sh trace-cost             # the device trace's own cost a window, small and real size
-#   bash bench/gpu_round.sh sol30                  # kevo's best at own shapes on 33 level-1 problems (resumable)
+#   bash bench/gpu_round.sh sol30 sol-extra        # kevo's best at own shapes on 33 (and 5 more) level-1 problems (resumable)
 #   bash bench/gpu_round.sh llm busy-seq busy-side # LLM overlap; a 20-problem sweep one by one, then 3 side by side
 #   bash bench/gpu_round.sh models                 # extract, sweep and apply five level-3 models (MODELS, MODEL_EVALS)
 #   bash bench/gpu_round.sh extract                # kevo extract over every level-3 model
@@ -135,14 +135,22 @@ EOF
 }
 
 sec_sol30() {  # kevo's best at own shapes over 33 level-1 problems: SOL beside eager's and torch.compile's.
-    # The sweep lives in runs/sol30 (kept between calls on a warm machine): a later call resumes it.
-    local p list="4_Matrix_vector_multiplication_ 5_Matrix_scalar_multiplication 12_Matmul_with_diagonal_matrices_
+    sol_sweep sol30 "4_Matrix_vector_multiplication_ 5_Matrix_scalar_multiplication 12_Matmul_with_diagonal_matrices_
         19_ReLU 20_LeakyReLU 21_Sigmoid 22_Tanh 23_Softmax 25_Swish 27_SELU_ 28_HardSigmoid 29_Softplus 30_Softsign
         31_ELU 32_HardTanh 33_BatchNorm 40_LayerNorm 41_Max_Pooling_1D 42_Max_Pooling_2D 44_Average_Pooling_1D
         48_Mean_reduction_over_a_dimension 49_Max_reduction_over_a_dimension 51_Argmax_over_a_dimension
         53_Min_reduction_over_a_dimension 88_MinGPTNewGelu 89_cumsum 93_masked_cumsum 94_MSELoss 98_KLDivLoss
         100_HingeLoss 1_Square_matrix_multiplication_ 6_Matmul_with_large_K_dimension_
         9_Tall_skinny_matrix_multiplication_"
+}
+
+sec_sol_extra() {  # the same over five more level-1 problems (runs/sol-extra)
+    sol_sweep sol-extra "37_FrobeniusNorm_ 38_L1Norm_ 39_L2Norm_ 52_Argmin_over_a_dimension 34_InstanceNorm"
+}
+
+sol_sweep() {  # name, problems: the sweep lives in runs/NAME (kept between calls on a warm machine, or
+    # carried): a later call resumes it
+    local name=$1 p
     {
         echo "defaults:"
         echo "  search: {population_size: 3, max_evaluations: 4, seed: 0, stop_at_sol: 0.9}"
@@ -150,16 +158,16 @@ sec_sol30() {  # kevo's best at own shapes over 33 level-1 problems: SOL beside 
         echo "  platform: cuda"
         echo "side_by_side: 2"
         echo "problems:"
-        for p in $list; do echo "  - {reference: $L1/$p.py, seeds: compile}"; done
-    } > "$OUT/sol30.yaml"
+        for p in $2; do echo "  - {reference: $L1/$p.py, seeds: compile}"; done
+    } > "$OUT/$name.yaml"
     mkdir -p runs
-    if [[ -f runs/sol30/sweep.json ]]; then
-        timeout "$(left)" python3 -m evolve.cli resume runs/sol30 > "$OUT/sol30.txt"
+    if [[ -f runs/$name/sweep.json ]]; then
+        timeout "$(left)" python3 -m evolve.cli resume "runs/$name" > "$OUT/$name.txt"
     else
-        timeout "$(left)" python3 -m evolve.cli sweep "$OUT/sol30.yaml" --run-dir runs/sol30 > "$OUT/sol30.txt"
+        timeout "$(left)" python3 -m evolve.cli sweep "$OUT/$name.yaml" --run-dir "runs/$name" > "$OUT/$name.txt"
     fi
-    cp runs/sol30/summary.json "$OUT/sol30_summary.json" 2> /dev/null
-    timeout 60 python3 -m evolve.cli report runs/sol30 >> "$OUT/sol30.txt" 2>&1
+    cp "runs/$name/summary.json" "$OUT/${name}_summary.json" 2> /dev/null
+    timeout 60 python3 -m evolve.cli report "runs/$name" >> "$OUT/$name.txt" 2>&1
 }
 
 sec_stream() {  # 48 distinct softmax variants, Triton's cache emptied first, 1 actor x 12 slots, then x 4 (warm)
