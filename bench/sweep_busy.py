@@ -13,7 +13,10 @@ interpreter): the suite's problems at small shapes, cycled with shape
 variants up to ``--problems`` runs, ``--evals`` evaluations each, on
 ``--actors`` CPU actors of a local Ray instance. ``--sweep FILE`` runs a
 sweep file as it is instead (on a GPU: a KernelBench folder with
-``seeds: compile``), its ``side_by_side`` replaced by each value asked for.
+``seeds: compile``), its ``side_by_side`` replaced by each value asked for. Each measurement runs
+in a process of its own with Triton's and Inductor's caches empty, so that
+none finds the kernels and seed captures of another (``--warm-caches``: all
+in this process, one after another).
 
     python bench/sweep_busy.py --problems 8 --evals 4 --actors 2 --side-by-side 1 3
     python bench/sweep_busy.py --sweep bench/kernelbench_compile_sweep.yaml --side-by-side 1 4
@@ -25,6 +28,8 @@ import argparse
 import dataclasses
 import json
 import logging
+import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -91,6 +96,19 @@ def measure(entries: list[Entry], side_by_side: int, out: Path) -> dict:
             "finished": sum(o.status == "finished" for o in outcomes)}
 
 
+def apart(sweep: Path, side_by_side: int, out: Path, tmp: Path) -> dict:
+    """``measure`` in a process of its own whose Triton and Inductor caches start empty."""
+    caches = Path(tempfile.mkdtemp(prefix=f"caches-{side_by_side}-", dir=tmp))
+    env = dict(os.environ, TRITON_CACHE_DIR=str(caches / "triton"), TORCHINDUCTOR_CACHE_DIR=str(caches / "inductor"))
+    done = subprocess.run([sys.executable, __file__, "--child", "--sweep", str(sweep), "--run-dir", str(out.parent),
+                           "--side-by-side", str(side_by_side)], env=env, stdout=subprocess.PIPE, text=True,
+                          check=False)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode or not lines:
+        raise SystemExit(f"the measurement with {side_by_side} side by side failed (exit {done.returncode})")
+    return json.loads(lines[-1])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sweep", type=Path, help="a sweep file to run as it is (default: a CPU sweep made here)")
@@ -102,6 +120,11 @@ def main() -> int:
                         "(default: a temporary folder, removed at the end)")
     parser.add_argument("--side-by-side", type=int, nargs="+", default=[1, 3], metavar="N",
                         help="runs at once, one measurement each (default: 1 3)")
+    parser.add_argument("--warm-caches", action="store_true",
+                        help="run the measurements one after another in this process, so that a later one "
+                        "finds Triton's and Inductor's caches filled by the earlier ones (default: each in a "
+                        "process of its own with empty caches, so that they compare)")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
     with tempfile.TemporaryDirectory(prefix="kevo-sweep-busy-") as tmp:
@@ -109,8 +132,14 @@ def main() -> int:
         entries = load_sweep(sweep)
         rows = []
         for n in args.side_by_side:
-            rows.append(measure(entries, n, (args.run_dir or Path(tmp)) / f"side-by-side-{n}"))
+            out = (args.run_dir or Path(tmp)) / f"side-by-side-{n}"
+            if args.warm_caches or args.child:
+                rows.append(measure(entries, n, out))
+            else:
+                rows.append(apart(sweep, n, out, Path(tmp)))
             print(json.dumps(rows[-1]), flush=True)
+    if args.child:
+        return 0
     print("\n| side by side | runs | wall s | busy share | evaluations | finished |\n|---|---|---|---|---|---|")
     for r in rows:
         share = "-" if r["busy_share"] is None else f"{100 * r['busy_share']:.0f}%"
