@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT))
 from bench.seed_gap import each_problem  # noqa: E402
 from evolve.capture.seed import SeedError, compile_seed  # noqa: E402
 from fitness import EvalSettings  # noqa: E402
+from fitness.problem import make_inputs  # noqa: E402
 from fitness.worker import Harness  # noqa: E402
 from platforms import time_runs  # noqa: E402
 
@@ -82,7 +83,7 @@ def measure(harness: Harness, reference: str, shapes: dict[str, int] | None) -> 
     settings = EvalSettings()
     harness.load(seed.source, reference, shapes or {}, settings.init_seed)
     platform = harness.platform
-    fixed = harness._inputs(settings.fixed_seeds[0])
+    fixed = make_inputs(harness.problem, settings.fixed_seeds[0], harness.device)
     with torch.no_grad():
         out = harness._run(fixed, profile=False)
     outputs = list(out) if isinstance(out, (tuple, list)) else [out]
@@ -93,7 +94,7 @@ def measure(harness: Harness, reference: str, shapes: dict[str, int] | None) -> 
     def prepare(i: int) -> list:
         if not fresh["on"]:
             return fixed
-        args = harness._inputs(1000 + i)
+        args = make_inputs(harness.problem, 1000 + i, harness.device)
         harness._witnesses(args)
         platform.poison_memory(poison)
         return args

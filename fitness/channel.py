@@ -20,8 +20,8 @@ from typing import Any
 
 from fitness.lane import Hold
 from fitness.memory_plan import Variant
-from fitness.protocol import (INTERIMS, Answer, Compiled, Compiling, Continue, Ok, Ping, ProtocolViolation, Refused,
-                              Reply, Reset, Step, read_reply)
+from fitness.protocol import (INTERIMS, Answer, Compiled, Compiling, Continue, Ok, Outputs, Ping, ProtocolViolation,
+                              Refused, Reply, Reset, Step, read_reply)
 from fitness.result import Status
 from fitness.sandbox import WorkerGone, WorkerProcess
 from fitness.settings import EvalSettings
@@ -163,6 +163,9 @@ class WorkerChannel:
             self.walls[f"step {step.KIND}"] += time.monotonic() - started
         if getattr(reply, "compile_s", 0.0):  # the worker's own account, for breakdowns only
             self.walls["compile"] += reply.compile_s
+        if isinstance(reply, Outputs):
+            for part, seconds in reply.phases_s.items():
+                self.walls[f"call: {part}"] += seconds
         if isinstance(reply, Refused) and reply.fatal:
             self.discard()
         return reply, tensors

@@ -77,10 +77,12 @@ class Ok(Message):
 @message
 class Outputs(Ok):
     """A call is done: the candidate's outputs travel as the message's tensors. ``compile_s``:
-    the seconds Triton compiled in the step, for kevo's own breakdowns only."""
+    the seconds Triton compiled in the step, and ``phases_s``: where the step's wall time went
+    (seconds), for kevo's own breakdowns only."""
 
     TENSORS = True
     compile_s: float = field(duration, default=0.0)
+    phases_s: dict[str, float] = field(dict_of(duration), default_factory=dict)
 
 
 @message

@@ -167,9 +167,6 @@ class Harness:
         self.platform.release_memory()
         return Ok()
 
-    def _inputs(self, seed: int, probe: Probe | None = None) -> list:
-        return make_inputs(self.problem, seed, self.device, probe)
-
     def _run(self, args: list, profile: bool = True) -> Any:
         """One traced, guarded forward; returns its outputs after the device is idle."""
         torch = self.torch
@@ -218,14 +215,19 @@ class Harness:
     def call(self, seed: int, poison: list[int], probe: Probe | None = None) -> tuple[Outputs, list]:
         """Run forward once on the inputs drawn from ``seed`` (transformed by ``probe``, if
         given), witnessed before the call."""
-        args = self._inputs(seed, probe)
+        clock, marks = time.perf_counter, [time.perf_counter()]  # where the step's time goes, for breakdowns
+        args = make_inputs(self.problem, seed, self.device, probe)
+        marks.append(clock())
         witnesses = self._witnesses(args)
         self.platform.poison_memory(poison)
+        marks.append(clock())
         outputs = self._outputs(self._run(args))
+        marks.append(clock())
         changed = self._changed(witnesses, args)
         if changed is not None:
             raise Refusal(Status.MUTATED_INPUT, f"forward changed input {changed}")
-        return Outputs(), outputs
+        parts = ("inputs", "witness", "forward", "input check")
+        return Outputs(phases_s={p: b - a for p, a, b in zip(parts, marks, [*marks[1:], clock()])}), outputs
 
     def time(self, base_seed: int, check_seed: int, checks: int, poison: list[int],
              timing: dict) -> tuple[Timed, list]:
@@ -233,7 +235,7 @@ class Harness:
         end (``fitness.timed_step``)."""
 
         def draw(seed: int) -> tuple[list, list]:
-            args = self._inputs(seed)
+            args = make_inputs(self.problem, seed, self.device)
             witnesses = self._witnesses(args)
             self.platform.poison_memory(poison)
             return args, witnesses
