@@ -87,9 +87,8 @@ def _digest(tensor: Any, key: int, words_per_chunk: int) -> int:
     if n_words and fused_ok(raw.device):  # one launch (platforms.fingerprint_triton), the same sum
         from platforms.fingerprint_triton import weighted_sum
 
-        chunks = -(-n_words // words_per_chunk)
-        multipliers = torch.tensor([_multiplier(key, c) for c in range(chunks)], dtype=torch.int64)
-        total = weighted_sum(words, weights[:min(words_per_chunk, n_words)], multipliers.to(raw.device))
+        multipliers = [_multiplier(key, c) for c in range(-(-n_words // words_per_chunk))]
+        total = weighted_sum(words, weights[:min(words_per_chunk, n_words)], multipliers)
     else:
         total = _chunked_sum(words, weights, key, words_per_chunk)
     for edge, chunk in edges:
@@ -132,8 +131,9 @@ def fused_ok(device: Any) -> bool:
             g = torch.Generator(device=device).manual_seed(7)
             words = torch.randint(-(1 << 62), 1 << 62, (3 * BLOCK + 5,), generator=g, device=device)
             same = True
-            for per_chunk in (BLOCK, 7, 10 * BLOCK):  # a block a chunk, many chunks a block, one chunk
-                tensor = words.view(torch.float64)
+            # a block a chunk, many chunks a block, one chunk; words 16-byte aligned and not
+            for per_chunk, tensor in ((BLOCK, words), (7, words[1:]), (10 * BLOCK, words[1:])):
+                tensor = tensor.view(torch.float64)
                 _FUSED[name] = True
                 fused = _digest(tensor, 11, per_chunk)
                 _FUSED[name] = False

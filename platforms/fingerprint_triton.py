@@ -21,9 +21,21 @@ import triton.language as tl
 BLOCK = 4096
 
 
-@triton.jit
-def weighted_sum_kernel(words_ptr, weights_ptr, multipliers_ptr, partial_ptr, n_words, length,
-                        BLOCK: tl.constexpr, ONE_CHUNK_A_BLOCK: tl.constexpr):
+# The sizes come through memory and the words' alignment is not specialised on: the kernel has
+# one compiled form a ONE_CHUNK_A_BLOCK, both built and checked at a worker's start
+# (``fingerprint.fused_ok``), before any candidate runs: none is compiled later, from a cache a
+# candidate could have written to.
+try:
+    _jit = triton.jit(do_not_specialize_on_alignment=["words_ptr"])
+except TypeError:  # a Triton without the option: two forms, both built by fused_ok too
+    _jit = triton.jit
+
+
+@_jit
+def weighted_sum_kernel(words_ptr, weights_ptr, meta_ptr, partial_ptr, BLOCK: tl.constexpr,
+                        ONE_CHUNK_A_BLOCK: tl.constexpr):
+    n_words = tl.load(meta_ptr)  # meta: the words, a chunk's words, then each chunk's multiplier
+    length = tl.load(meta_ptr + 1)
     pid = tl.program_id(0).to(tl.int64)
     start = pid * BLOCK
     lanes = tl.arange(0, BLOCK)
@@ -33,24 +45,24 @@ def weighted_sum_kernel(words_ptr, weights_ptr, multipliers_ptr, partial_ptr, n_
     if ONE_CHUNK_A_BLOCK:
         chunk = start // length
         weights = tl.load(weights_ptr + (start - chunk * length) + lanes, mask=mask, other=0)
-        part = tl.sum(words * weights, axis=0) * tl.load(multipliers_ptr + chunk)
+        part = tl.sum(words * weights, axis=0) * tl.load(meta_ptr + 2 + chunk)
     else:  # a chunk shorter than a block, or not a multiple of it: each word's own chunk
         chunks = offs // length
         weights = tl.load(weights_ptr + (offs - chunks * length), mask=mask, other=0)
-        multipliers = tl.load(multipliers_ptr + chunks, mask=mask, other=0)
+        multipliers = tl.load(meta_ptr + 2 + chunks, mask=mask, other=0)
         part = tl.sum(words * weights * multipliers, axis=0)
     tl.store(partial_ptr + pid, part)
 
 
-def weighted_sum(words: Any, weights: Any, multipliers: Any) -> Any:
-    """A 0-dim int64 tensor: the sum above, for 1-D int64 ``words`` (contiguous), ``weights`` and
-    ``multipliers`` (one a chunk of ``len(weights)`` words) on one device."""
+def weighted_sum(words: Any, weights: Any, multipliers: list[int]) -> Any:
+    """A 0-dim int64 tensor: the sum above, for 1-D int64 ``words`` (contiguous) and ``weights`` on
+    one device, and ``multipliers`` (one a chunk of ``len(weights)`` words, each below 2^63)."""
     import torch
 
     n_words, length = words.numel(), weights.numel()
     blocks = triton.cdiv(n_words, BLOCK)
+    meta = torch.tensor([n_words, length, *multipliers], dtype=torch.int64).to(words.device)
     partial = torch.empty(blocks, dtype=torch.int64, device=words.device)
     one_chunk = length % BLOCK == 0 or n_words <= length
-    weighted_sum_kernel[(blocks,)](words, weights, multipliers, partial, n_words, length,
-                                   BLOCK=BLOCK, ONE_CHUNK_A_BLOCK=one_chunk)
+    weighted_sum_kernel[(blocks,)](words, weights, meta, partial, BLOCK=BLOCK, ONE_CHUNK_A_BLOCK=one_chunk)
     return partial.sum()
