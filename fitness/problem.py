@@ -233,10 +233,12 @@ def model_knobs(tree: ast.Module) -> set[str]:
 
 
 def _read_by(tree: ast.Module, function: str) -> set[str]:
-    """The names module-level ``function`` reads, and those the module-level assignments it
-    reads from read, to the end."""
-    assigned = {node.targets[0].id: node.value for node in tree.body if isinstance(node, ast.Assign)
-                and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)}
+    """The names module-level ``function`` reads, and those the module-level assignments and
+    functions it reads from read, to the end."""
+    assigned: dict[str, ast.AST] = {node.targets[0].id: node.value for node in tree.body
+                                    if isinstance(node, ast.Assign) and len(node.targets) == 1
+                                    and isinstance(node.targets[0], ast.Name)}
+    assigned.update({node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)})
     found = next((node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == function), None)
     todo = [] if found is None else [found]
     seen: set[str] = set()

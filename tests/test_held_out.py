@@ -152,6 +152,12 @@ def test_derived_variants_keep_the_models_own_settings(tmp_path):
     variants = [variant for group in groups for variant in group]
     assert variants and all(set(variant) == {"batch_size", "features", "length"} for variant in variants)
     assert all(variant["length"] != 640 for variant in variants)
+    # what get_inputs reads through a helper of the module counts as read by it
+    problem.write_text(POOLING.replace("    return [torch.rand(batch_size, features, length)]",
+                                       "    return draw()\n\n\ndef draw():\n"
+                                       "    return [torch.rand(batch_size, features, length * kernel_size)]"))
+    variants = [variant for group in held_out_shapes(problem, rng=random.Random(5)) for variant in group]
+    assert all(set(variant) == {"batch_size", "features", "length", "kernel_size"} for variant in variants)
     # without a get_init_inputs that reads them, the same knobs are data sizes and vary
     problem.write_text(POOLING.replace("return [kernel_size, norm_shape]", "return [8, (12, 80)]"))
     variants = [variant for group in held_out_shapes(problem, rng=random.Random(5)) for variant in group]
