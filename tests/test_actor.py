@@ -51,3 +51,39 @@ def test_the_next_problem_s_evaluators_take_over_the_last_one_s_workers():
     finally:
         actor.close()
     assert actor._spare == []
+
+
+def test_out_of_memory_beside_another_problem_s_idle_evaluators_is_tried_again_without_them(monkeypatch):
+    # A sweep with problems side by side keeps each problem's evaluators (their references, their
+    # workers' memory). On the H200 a seed ran out of memory while timing beside another problem's
+    # idle evaluators, and its problem failed. Those are closed now and the candidate tried again.
+    from fitness import EvalResult, Evaluator
+
+    actor = EvaluatorActor(slots=1, keep_problems=2)
+    first = EvaluatorSpec(str(PROBLEMS / "elementwise" / "reference.py"), platform="cpu",
+                          shapes={"batch_size": 4, "dim": 100})
+    second = EvaluatorSpec(str(PROBLEMS / "softmax" / "reference.py"), platform="cpu",
+                           shapes={"batch_size": 4, "dim": 100})
+    evaluate, calls = Evaluator.evaluate, []
+
+    def out_of_memory_once(self, source):
+        calls.append(self.prepared.reference_path.parent.name)
+        if len(calls) == 1:
+            return EvalResult(Status.OUT_OF_MEMORY, "kevo's worker ran out of memory during time", platform="cpu")
+        return evaluate(self, source)
+
+    try:
+        actor.prepare(first)
+        actor.prepare(second)
+        assert first in actor._all and second in actor._all  # both kept: side by side
+        monkeypatch.setattr(Evaluator, "evaluate", out_of_memory_once)
+        result = actor.evaluate(second, (PROBLEMS / "softmax" / "seed.py").read_text())[1]
+        assert result.status is Status.ACCEPTED, result.reason
+        assert calls == ["softmax", "softmax"]  # tried once more ...
+        assert first not in actor._all and second in actor._all  # ... once the idle problem was let go
+        assert actor._limit[second] == 1  # nothing else was in flight: the limit stays
+        # the first problem comes back on its next candidate, prepared again
+        again = actor.evaluate(first, (PROBLEMS / "elementwise" / "seed.py").read_text())[1]
+        assert again.status is Status.ACCEPTED, again.reason
+    finally:
+        actor.close()

@@ -64,6 +64,9 @@ class EvaluatorActor:
     An evaluation that runs out of memory on kevo's side, or any that runs
     out while others are in flight, is tried once more with the device to
     itself, and the actor keeps one evaluation fewer in flight from then on.
+    One that runs out while other problems' evaluators sit idle (a sweep with
+    problems side by side) is tried once more after those are closed and
+    their memory given back.
 
     A problem the evaluator refuses (``ProblemError``, ...) is raised by
     ``prepare`` and ``evaluate``, so the driver sees the original error.
@@ -115,11 +118,16 @@ class EvaluatorActor:
         try:
             with self._admitted(spec) as others:
                 result = evaluator.evaluate(source)
-            if result.status is Status.OUT_OF_MEMORY and (result.harness_failure or others):
-                with self._lock:
-                    self._limit[spec] = max(1, self._limit.get(spec, self.slots) - 1)
-                with self._admitted(spec, alone=True):
-                    result = evaluator.evaluate(source)
+            if result.status is Status.OUT_OF_MEMORY:
+                # other problems' idle evaluators hold memory too (their references, their workers'):
+                # given back, the device may fit this one's evaluation
+                forgotten = self._forget_idle_others(spec, evaluator)
+                if result.harness_failure or others:
+                    with self._lock:
+                        self._limit[spec] = max(1, self._limit.get(spec, self.slots) - 1)
+                if result.harness_failure or others or forgotten:
+                    with self._admitted(spec, alone=True):
+                        result = evaluator.evaluate(source)
             return os.getpid(), result
         finally:
             self._give_back(spec, evaluator)
@@ -210,12 +218,26 @@ class EvaluatorActor:
                 return
         evaluator.close()  # its problem was forgotten while it worked
 
+    def _forget_idle_others(self, current: EvaluatorSpec, evaluator: Evaluator) -> int:
+        """Forget the problems other than ``current`` that no evaluation uses now, as ``_forget_old``
+        does, and give this process's cached device memory back; how many were forgotten."""
+        with self._lock:
+            idle = [spec for spec in self._all if spec != current
+                    and len(self._free.get(spec, [])) == len(self._all[spec])]
+            self._forget(idle)
+        if idle:
+            evaluator.platform.release_memory()
+        return len(idle)
+
     def _forget_old(self, current: EvaluatorSpec) -> None:
         """Close idle evaluators of all but the most recent problems, keeping their workers
         (reset) for the next ones, up to one per slot (called with the lock held)."""
-        for spec in list(self._all)[:-self.keep_problems]:
-            if spec == current:
-                continue
+        self._forget([spec for spec in list(self._all)[:-self.keep_problems] if spec != current])
+
+    def _forget(self, specs: list[EvaluatorSpec]) -> None:
+        """Close the idle evaluators of ``specs``, keeping their workers (reset) for the next
+        problems, up to one per slot (called with the lock held)."""
+        for spec in specs:
             for evaluator in self._free.pop(spec, []):
                 worker = evaluator.hand_over_worker()
                 if worker is not None and len(self._spare) < self.slots:
