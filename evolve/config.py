@@ -318,12 +318,12 @@ def _check_values(config: Config, origin: str) -> None:
     require(search.max_evaluations >= len(problem.seeds), "search.max_evaluations",
             f"must be at least the number of seeds ({len(problem.seeds)})")
     require(0 <= search.elite <= search.population_size, "search.elite", "must be between 0 and population_size")
-    require(0 <= search.migrants < search.population_size, "search.migrants", "must be at least 0 and below population_size")
+    require(0 <= search.migrants < search.population_size, "search.migrants",
+            "must be at least 0 and below population_size")
     for key in ("max_generations", "patience"):
-        value = getattr(search, key)
-        require(value is None or value >= 1, f"search.{key}", "must be at least 1 (or left out)")
-    positive = ("search.max_wall_time_s", "search.target_speedup", "fitness.max_abs_diff", "fitness.timeout_s")
-    for key in (*positive, "fitness.compile_timeout_s", "profiler.timeout_s", "cluster.node_check_s"):
+        require((n := getattr(search, key)) is None or n >= 1, f"search.{key}", "must be at least 1 (or left out)")
+    for key in ("search.max_wall_time_s", "search.target_speedup", "fitness.max_abs_diff", "fitness.timeout_s",
+                "fitness.compile_timeout_s", "profiler.timeout_s", "cluster.node_check_s"):
         section, name = key.split(".")
         value = getattr(getattr(config, section), name)
         require(value is None or value > 0, key, "must be positive")

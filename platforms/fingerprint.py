@@ -65,7 +65,9 @@ class Fingerprint:
         return _digest(tensor, self.key, words_per_chunk) == self.digest
 
 
-def _digest(tensor: Any, key: int, words_per_chunk: int) -> int:
+def _digest(tensor: Any, key: int, words_per_chunk: int, fused: bool | None = None) -> int:
+    """The digest of ``tensor``'s bytes; ``fused``: whether to sum in one launch (None: where
+    ``fused_ok`` says so)."""
     import torch
 
     flat = tensor.detach()
@@ -84,7 +86,7 @@ def _digest(tensor: Any, key: int, words_per_chunk: int) -> int:
     length = max(min(words_per_chunk, n_words), 7)  # a chunk's words, and the up to 7 bytes of an edge
     weights = torch.randint(0, 1 << 61, (length,), generator=generator, device=raw.device, dtype=torch.int64)
     weights = weights.mul_(2).add_(1)
-    if n_words and fused_ok(raw.device):  # one launch (platforms.fingerprint_triton), the same sum
+    if n_words and (fused_ok(raw.device) if fused is None else fused):  # one launch (platforms.fingerprint_triton), the same sum
         from platforms.fingerprint_triton import weighted_sum
 
         multipliers = [_multiplier(key, c) for c in range(-(-n_words // words_per_chunk))]
@@ -124,20 +126,15 @@ def fused_ok(device: Any) -> bool:
         return False
     name = str(device)
     if name not in _FUSED:
-        _FUSED[name] = False
         try:
             from platforms.fingerprint_triton import BLOCK
 
             g = torch.Generator(device=device).manual_seed(7)
             words = torch.randint(-(1 << 62), 1 << 62, (3 * BLOCK + 5,), generator=g, device=device)
-            same = True
             # a block a chunk, many chunks a block, one chunk; words 16-byte aligned and not
-            for per_chunk, tensor in ((BLOCK, words), (7, words[1:]), (10 * BLOCK, words[1:])):
-                tensor = tensor.view(torch.float64)
-                _FUSED[name] = True
-                fused = _digest(tensor, 11, per_chunk)
-                _FUSED[name] = False
-                same = same and fused == _digest(tensor, 11, per_chunk)
+            same = all(_digest(tensor.view(torch.float64), 11, per_chunk, fused=True)
+                       == _digest(tensor.view(torch.float64), 11, per_chunk, fused=False)
+                       for per_chunk, tensor in ((BLOCK, words), (7, words[1:]), (10 * BLOCK, words[1:])))
             _FUSED[name] = same
             if not same:
                 warnings.warn(f"the fingerprint's one-launch sum differs from the torch ops' on {name}: "

@@ -44,8 +44,12 @@ class Timing:
     wall_ms: list[float]
     overhead_ms: float = 0.0  # the timer's own cost: a run that does nothing
     device_ms: list[float] | None = None  # first to last device activity of each run (platforms.timeline)
-    trace_s: float = 0.0  # host seconds the device trace cost: starting, stopping and reading it
-    trace_parts_s: tuple[float, float, float] = (0.0, 0.0, 0.0)  # of trace_s: start, stop, read
+    trace_parts_s: tuple[float, float, float] = (0.0, 0.0, 0.0)  # the device trace's host cost: start, stop, read
+
+    @property
+    def trace_s(self) -> float:
+        """Host seconds the device trace cost: starting, stopping and reading it."""
+        return sum(self.trace_parts_s)
 
     @property
     def from_device(self) -> bool:
@@ -194,7 +198,7 @@ def time_runs(
     reading = clock()
     spans = timeline.spans(n_runs) if timeline else None
     parts = (started_s, stopped_s, clock() - reading)
-    return Timing(runs, walls, overhead, spans, sum(parts), parts)
+    return Timing(runs, walls, overhead, spans, parts)
 
 
 def _nothing(*args: Any) -> None:
