@@ -144,6 +144,33 @@ def test_regions_follow_what_fuses():
     ]
 
 
+def test_partition_places_a_region_that_only_writes_a_buffer():
+    """Batch norm in training mode bumps ``num_batches_tracked`` in place: a region nothing outside
+    reads. It is still placed, and the partitioned graph computes what the original did, writes
+    included."""
+    from evolve.capture.fusion import partition
+
+    found = []
+
+    def backend(gm, example_inputs):
+        regions = find_regions(gm.graph)
+        found.extend((r.kind, r.ops, any(u not in r.nodes for n in r.nodes for u in n.users)) for r in regions)
+        assert len(partition(gm, regions)) == len(regions)
+        gm.recompile()
+        return gm.forward
+
+    def net():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.ReLU())
+
+    model, twin = net(), net()
+    x = torch.randn(2, 3, 8, 8)
+    torch.testing.assert_close(torch.compile(model, backend=backend)(x), twin(x))
+    assert ("fused", ["add"], False) in found, found  # the counter's region, with no output
+    assert int(model[1].num_batches_tracked) == 1 == int(twin[1].num_batches_tracked)
+    torch.testing.assert_close(model[1].running_var, twin[1].running_var)
+
+
 def test_extract_a_small_model_repeated_block_once(tmp_path):
     model = tmp_path / "small.py"
     model.write_text(SMALL_MODEL)

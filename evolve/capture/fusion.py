@@ -266,12 +266,14 @@ def partition(gm: fx.GraphModule, regions: list[Region]) -> list[RegionCall]:
 
     Each submodule returns a tuple, the outer graph reads its outputs with ``getitem``.
     """
-    from torch.fx.passes.utils.fuser_utils import fuse_by_partitions
+    from torch.fx.passes.tools_common import stable_topological_sort
 
     if not regions:
         return []
-    fuse_by_partitions(gm, [dict.fromkeys(r.nodes) for r in regions], prefix=SUBMODULE_PREFIX,
-                       always_return_tuple=True)
+    for i, region in enumerate(regions):
+        _fuse(gm, dict.fromkeys(region.nodes), f"{SUBMODULE_PREFIX}{i}")
+    stable_topological_sort(gm)
+    gm.graph.lint()
     calls = {n.target: n for n in gm.graph.nodes if n.op == "call_module"
              and str(n.target).startswith(SUBMODULE_PREFIX)}
     out = []
@@ -279,6 +281,26 @@ def partition(gm: fx.GraphModule, regions: list[Region]) -> list[RegionCall]:
         name = f"{SUBMODULE_PREFIX}{i}"
         out.append(RegionCall(region, name, list(calls[name].args), getattr(gm, name)))
     return out
+
+
+def _fuse(gm: fx.GraphModule, nodes: dict[fx.Node, None], name: str) -> None:
+    """One region of ``gm`` as a call of submodule ``name``, inserted after the region's last node.
+
+    torch's ``fuse_by_partitions`` does the same, but before 2.12 it cannot place a region that nothing
+    outside it reads (one that only writes into a buffer, as batch norm's ``num_batches_tracked.add_(1)``
+    in training mode): it looks for the insertion point among the region's outputs.
+    """
+    from torch.fx.passes.utils.fuser_utils import erase_nodes, fuse_as_graphmodule, topo_sort
+
+    ordered = topo_sort(list(nodes))
+    sub, inputs, outputs = fuse_as_graphmodule(gm, ordered, name, nodes, always_return_tuple=True)
+    gm.add_submodule(name, sub)
+    with gm.graph.inserting_after(ordered[-1]):
+        call = gm.graph.call_module(name, args=tuple(inputs))
+    with gm.graph.inserting_after(call):
+        for k, out in reversed(list(enumerate(outputs))):  # each getitem right after the call, in order
+            out.replace_all_uses_with(gm.graph.call_function(operator.getitem, (call, k)), propagate_meta=True)
+    erase_nodes(gm, ordered)
 
 
 def inplace_free(target: Any, args: tuple, kwargs: dict, method: bool) -> tuple[Any, tuple, dict]:
