@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import dataclasses
+import operator
 import random
 import threading
 import types
@@ -51,24 +52,47 @@ def _parse(path: Path) -> tuple[str, ast.Module]:
 
 
 def _knob_assignments(tree: ast.Module) -> dict[str, ast.Assign]:
+    """The module-level ``name = <integer>`` assignments, the integer a literal or arithmetic on
+    literals only (KernelBench writes ``N = 2048 * 2``)."""
     knobs: dict[str, ast.Assign] = {}
     for node in tree.body:
         if (
             isinstance(node, ast.Assign)
             and len(node.targets) == 1
             and isinstance(node.targets[0], ast.Name)
-            and isinstance(node.value, ast.Constant)
-            and type(node.value.value) is int
+            and _integer(node.value) is not None
         ):
             knobs[node.targets[0].id] = node
     return knobs
 
 
+_ARITHMETIC = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv}
+
+
+def _integer(node: ast.AST) -> int | None:
+    """The integer an expression of integer literals, ``+ - * //`` and a leading ``-`` gives, else None.
+
+    >>> [_integer(ast.parse(e, mode="eval").body) for e in ("2048 * 2", "-3 + 10 // 4", "4.0", "n * 2", "2 ** 3")]
+    [4096, -1, None, None, None]
+    """
+    if isinstance(node, ast.Constant):
+        return node.value if type(node.value) is int else None
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        value = _integer(node.operand)
+        return None if value is None else -value
+    if isinstance(node, ast.BinOp) and type(node.op) in _ARITHMETIC:
+        left, right = _integer(node.left), _integer(node.right)
+        if left is None or right is None or (isinstance(node.op, ast.FloorDiv) and right == 0):
+            return None
+        return _ARITHMETIC[type(node.op)](left, right)
+    return None
+
+
 def shape_knobs(path: str | Path) -> list[ShapeKnob]:
-    """The module-level integer constants of a problem file, in file order."""
+    """The module-level integer constants of a problem file (literals or arithmetic on literals), in file order."""
     _, tree = _parse(Path(path))
     return [
-        ShapeKnob(name, node.value.value, node.lineno)
+        ShapeKnob(name, _integer(node.value), node.lineno)
         for name, node in _knob_assignments(tree).items()
     ]
 
@@ -200,7 +224,7 @@ def held_out_shapes(path: str | Path, shapes: dict[str, int] | None = None,
         return [[d] for d in declared]
     base = {k.name: k.value for k in shape_knobs(path)}
     base.update(shapes or {})
-    fixed = model_knobs(tree)
+    fixed = model_knobs(tree) | pinned_by_state(path, base)
     knobs = {name: value for name, value in base.items() if value >= _MIN_PERTURBED and name not in fixed}
     if not knobs:
         return []
@@ -230,6 +254,43 @@ def model_knobs(tree: ast.Module) -> set[str]:
     (['k', 'n', 'shape'], [])
     """
     return _read_by(tree, "get_init_inputs") - _read_by(tree, "get_inputs")
+
+
+def pinned_by_state(path: Path, base: dict[str, int]) -> set[str]:
+    """The knobs (of ``_MIN_PERTURBED`` or more) that shape the model's parameters or buffers: a
+    layer's channel counts, a normalisation's weight. The model's weights fix them whatever the
+    data (an input of other channels cannot meet the same weights), so a kernel may specialise to
+    them, as torch.compile does (its convolution templates hold the weight's sizes as constants);
+    held-out shapes keep them. A size that shapes the data alone (a batch, a length, a norm
+    without weights) still varies.
+
+    Found by building the model on the meta device (no memory, no compute) at the main shapes and
+    with each knob doubled; a problem whose model cannot be built that way pins nothing.
+    """
+    try:
+        main = _state_shapes(path, base)
+    except Exception:  # the problem file is user input; the main shapes' preparation reports it
+        return set()
+    pinned = set()
+    for name, value in base.items():
+        if value < _MIN_PERTURBED:
+            continue
+        try:
+            if _state_shapes(path, {**base, name: 2 * value}) != main:
+                pinned.add(name)
+        except Exception:  # not buildable at that size: the knob varies, as before
+            continue
+    return pinned
+
+
+def _state_shapes(path: Path, shapes: dict[str, int]) -> dict[str, tuple[int, ...]]:
+    """The shape of every parameter and buffer of the problem's model at ``shapes``, built on meta."""
+    import torch
+
+    module = load_problem(path, shapes).module
+    with torch.device("meta"):
+        model = module.Model(*module.get_init_inputs())
+    return {name: tuple(t.shape) for name, t in model.state_dict().items()} if isinstance(model, torch.nn.Module) else {}
 
 
 def _read_by(tree: ast.Module, function: str) -> set[str]:

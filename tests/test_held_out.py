@@ -144,21 +144,37 @@ def get_init_inputs():
 
 def test_derived_variants_keep_the_models_own_settings(tmp_path):
     # A pooling window is the model's, not its data's (only get_init_inputs reads it): a kernel
-    # may specialise to it, as torch.compile does. The normalised shape follows the input's
-    # sizes, which get_inputs reads too: those vary, so a kernel that hard-codes them is caught.
+    # may specialise to it, as torch.compile does. So are the sizes its weights have: the
+    # LayerNorm's weight is features x pooled, and an input of other sizes cannot meet it.
     problem = tmp_path / "pool_norm.py"
     problem.write_text(POOLING)
-    groups = held_out_shapes(problem, rng=random.Random(5))
-    variants = [variant for group in groups for variant in group]
+    variants = [variant for group in held_out_shapes(problem, rng=random.Random(5)) for variant in group]
+    assert variants and all(set(variant) == {"batch_size"} for variant in variants)
+    # A norm without weights: the normalised shape follows the input's sizes alone, which vary,
+    # so a kernel that hard-codes them is caught.
+    plain = POOLING.replace("nn.LayerNorm(norm_shape)", "nn.LayerNorm(norm_shape, elementwise_affine=False)")
+    problem.write_text(plain)
+    variants = [variant for group in held_out_shapes(problem, rng=random.Random(5)) for variant in group]
     assert variants and all(set(variant) == {"batch_size", "features", "length"} for variant in variants)
     assert all(variant["length"] != 640 for variant in variants)
     # what get_inputs reads through a helper of the module counts as read by it
-    problem.write_text(POOLING.replace("    return [torch.rand(batch_size, features, length)]",
-                                       "    return draw()\n\n\ndef draw():\n"
-                                       "    return [torch.rand(batch_size, features, length * kernel_size)]"))
+    problem.write_text(plain.replace("    return [torch.rand(batch_size, features, length)]",
+                                     "    return draw()\n\n\ndef draw():\n"
+                                     "    return [torch.rand(batch_size, features, length * kernel_size)]"))
     variants = [variant for group in held_out_shapes(problem, rng=random.Random(5)) for variant in group]
     assert all(set(variant) == {"batch_size", "features", "length", "kernel_size"} for variant in variants)
     # without a get_init_inputs that reads them, the same knobs are data sizes and vary
-    problem.write_text(POOLING.replace("return [kernel_size, norm_shape]", "return [8, (12, 80)]"))
+    problem.write_text(plain.replace("return [kernel_size, norm_shape]", "return [8, (12, 80)]"))
     variants = [variant for group in held_out_shapes(problem, rng=random.Random(5)) for variant in group]
     assert all(set(variant) == {"batch_size", "features", "length", "kernel_size"} for variant in variants)
+
+
+def test_a_model_that_cannot_be_built_on_meta_pins_nothing(tmp_path):
+    # the weights' sizes are read from the model built on the meta device; a model that cannot be
+    # built there (it computes with its weights in __init__) keeps every data size varying
+    problem = tmp_path / "pool_norm.py"
+    problem.write_text(POOLING.replace("        self.norm = nn.LayerNorm(norm_shape)",
+                                       "        self.norm = nn.LayerNorm(norm_shape)\n"
+                                       "        assert float(self.norm.weight.sum()) > 0"))
+    variants = [variant for group in held_out_shapes(problem, rng=random.Random(5)) for variant in group]
+    assert variants and all(set(variant) == {"batch_size", "features", "length"} for variant in variants)

@@ -77,8 +77,9 @@ def test_missing_and_broken_files_are_problem_errors(tmp_path):
 
 
 def test_derived_held_out_shapes_are_drawn_odd_and_nearby_and_skip_structural_constants(level2):
-    # out_features builds the model and shapes no input (only get_init_inputs reads it): it stays too
-    base = {"batch_size": 16, "in_features": 64}
+    # in_features and out_features give the linear layer's weight its shape: the model's, they stay
+    # (and out_features shapes no input); the batch is the data's and varies
+    base = {"batch_size": 16}
     smaller, larger = held_out_shapes(level2, {"batch_size": 16}, rng=random.Random(5))
     assert 1 <= len(smaller) <= 3 and 1 <= len(larger) <= 3
     for variant in smaller + larger:
@@ -101,3 +102,16 @@ def test_declared_held_out_shapes_win(tmp_path):
     path = tmp_path / "reference.py"
     path.write_text(LEVEL2_STYLE + "\nHELD_OUT_SHAPES = [{'batch_size': 7}]\n")
     assert held_out_shapes(path) == [[{"batch_size": 7}]]
+
+
+def test_a_knob_written_as_arithmetic_is_a_knob(tmp_path):
+    # KernelBench writes sizes as N = 2048 * 2: an override takes, and held-out shapes vary it
+    path = tmp_path / "square.py"
+    path.write_text("import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n"
+                    "    def forward(self, a, b):\n        return a @ b\n\n\nN = 2048 * 2\nLAYERS = 4 - 1\n\n\n"
+                    "def get_inputs():\n    return [torch.rand(N, N), torch.rand(N, N)]\n\n\n"
+                    "def get_init_inputs():\n    return []\n")
+    assert [(k.name, k.value) for k in shape_knobs(path)] == [("N", 4096), ("LAYERS", 3)]
+    assert load_problem(path, {"N": 12}).module.N == 12
+    variants = [v for group in held_out_shapes(path, rng=random.Random(1)) for v in group]
+    assert variants and all(set(v) == {"N"} and v["N"] % 2 == 1 for v in variants)

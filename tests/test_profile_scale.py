@@ -87,7 +87,6 @@ def test_the_shape_overrides_of_the_run_are_the_base_and_stay():
 
 @pytest.mark.parametrize("problem, why", [
     ("6_Matmul_with_large_K_dimension_", "do not follow its outer knob M"),  # a GEMM must not become a GEMV
-    ("4_Matrix_vector_multiplication_", "no outer knob"),  # its sizes are not integer constants
     ("40_LayerNorm", "would not halve them"),  # 544 MiB: little to save
 ])
 def test_a_problem_without_a_safe_outer_knob_keeps_its_own_shapes(problem, why):
@@ -95,6 +94,13 @@ def test_a_problem_without_a_safe_outer_knob_keeps_its_own_shapes(problem, why):
     assert not shape.reduced and shape.shapes == {} and shape.note == ""
     assert shape.own_bytes > PROFILE_MAX_BYTES and shape.why_not.startswith("profiled at its own shapes (")
     assert why in shape.why_not
+
+
+def test_a_knob_written_as_arithmetic_is_reduced_like_any():
+    # M = 256 * 8: a knob (arithmetic on literals), so the matrix-vector product is profiled on fewer rows
+    shape = profile_shape(problem_path("kernelbench/level1/4_Matrix_vector_multiplication_"))
+    assert shape.reduced and shape.outer == {"M": 2048} and set(shape.shapes) == {"M"}
+    assert shape.shapes["M"] < 2048 and shape.bytes <= PROFILE_MAX_BYTES < shape.own_bytes
 
 
 def test_a_small_problem_is_profiled_at_its_own_shapes():
