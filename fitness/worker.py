@@ -217,8 +217,10 @@ class Harness:
         given), witnessed before the call."""
         clock, marks = time.perf_counter, [time.perf_counter()]  # where the step's time goes, for breakdowns
         args = make_inputs(self.problem, seed, self.device, probe)
+        self.platform.synchronize()  # the device's draw is the inputs' time, not the witness's
         marks.append(clock())
         witnesses = self._witnesses(args)
+        marks.append(clock())
         self.platform.poison_memory(poison)
         marks.append(clock())
         outputs = self._outputs(self._run(args))
@@ -226,7 +228,7 @@ class Harness:
         changed = self._changed(witnesses, args)
         if changed is not None:
             raise Refusal(Status.MUTATED_INPUT, f"forward changed input {changed}")
-        parts = ("inputs", "witness", "forward", "input check")
+        parts = ("inputs", "witness", "poison", "forward", "input check")
         return Outputs(phases_s={p: b - a for p, a, b in zip(parts, marks, [*marks[1:], clock()])}), outputs
 
     def time(self, base_seed: int, check_seed: int, checks: int, poison: list[int],
