@@ -316,13 +316,15 @@ sec_models() {  # whole models: extract at own shapes, sweep the regions (MODEL_
     done
 }
 
-sec_extract() {  # kevo extract alone over level-3 models at their own shapes: regions and the share they cover
+sec_extract() {  # kevo extract alone over level-3 models at their own shapes (EXTRACT_MODELS: those only)
     local f m
-    for f in "$L3"/*.py; do
+    for f in ${EXTRACT_MODELS:-"$L3"/*.py}; do
+        [[ -f $f ]] || f=$L3/$f.py
         m=$(basename "$f" .py)
         timeout "$(left)" python3 -m evolve.cli extract "$f" -o "$OUT/extract/$m" --device cuda --json \
             > "$OUT/extract_$m.json"
-        echo "$m rc=$?" >> "$OUT/extract.log"
+        # each model's exit code and seconds, apart from the section's log (which its stderr fills)
+        echo "$m rc=$? $SECONDS" >> "$OUT/extract_rc.log"
     done
 }
 
