@@ -279,10 +279,10 @@ def _print_applied(r) -> None:
         print(f"model      max_abs_diff {r.max_abs_diff:.3g} (cutoff {r.cutoff:.3g}: {r.cutoff_rule}), "
               f"{r.checks} fresh input sets")
     if r.patched_ms:
-        print(f"eager      {r.eager_ms:.4g} ms")
-        print(f"compiled   {r.compiled_ms:.4g} ms" if r.compiled_ms else "compiled   -")
+        print(f"eager      {r.eager_ms:.4g} ms\ncompiled   " + (f"{r.compiled_ms:.4g} ms" if r.compiled_ms else "-"))
         print(f"patched    {r.patched_ms:.4g} ms: {r.speedup:.3f}x over eager"
-              + (f", {r.speedup_compiled:.3f}x over torch.compile" if r.speedup_compiled else ""))
+              + (f", {r.speedup_compiled:.3f}x over torch.compile" if r.speedup_compiled else "")
+              + (f"\n           {r.busy_note()}" if r.busy_note() else ""))
     if r.covered:
         bound = f"{r.bound:.3g}x" if r.bound else "unbounded"
         expected = f"; {r.expected:.3g}x with the kernels' own speedups" if r.expected else ""

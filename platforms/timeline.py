@@ -49,6 +49,8 @@ class DeviceTimeline:
         # A run's range is named with a secret, so nobody else's range can pass for it.
         self._tag = f"kevo-run-{secrets.token_hex(8)}:"
         self._closed = False
+        #: After ``spans()``: each run's milliseconds with some device activity (its span less the gaps).
+        self.busy_ms: list[float] | None = None
 
     def __enter__(self) -> "DeviceTimeline":
         _ONE_WINDOW.acquire()
@@ -94,7 +96,7 @@ class DeviceTimeline:
             return None
         activity.sort()
         starts = [start for start, _ in activity]
-        spans = []
+        spans, busy = [], []
         for index in range(n_runs):
             lo, hi = ranges[index]
             # the activities starting inside the run's range: one slice of the sorted list
@@ -102,4 +104,24 @@ class DeviceTimeline:
             if not inside:
                 return None
             spans.append((max(end for _, end in inside) - inside[0][0]) / 1e6)
+            busy.append(busy_ms(inside))
+        self.busy_ms = busy
         return spans
+
+
+def busy_ms(intervals: list[tuple[int, int]]) -> float:
+    """Milliseconds covered by at least one of ``intervals`` (nanoseconds, sorted by start): a span
+    less its gaps, where the device waited for the host to launch the next kernel.
+
+    >>> busy_ms([(0, 2_000_000), (1_000_000, 3_000_000), (5_000_000, 6_000_000)])
+    4.0
+    """
+    total, reach = 0, None
+    for start, end in intervals:
+        if reach is None or start > reach:
+            total += end - start
+            reach = end
+        elif end > reach:
+            total += end - reach
+            reach = end
+    return total / 1e6

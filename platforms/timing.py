@@ -45,6 +45,15 @@ class Timing:
     overhead_ms: float = 0.0  # the timer's own cost: a run that does nothing
     device_ms: list[float] | None = None  # first to last device activity of each run (platforms.timeline)
     trace_parts_s: tuple[float, float, float] = (0.0, 0.0, 0.0)  # the device trace's host cost: start, stop, read
+    device_busy_ms: list[float] | None = None  # each run's span less its gaps (platforms.timeline.busy_ms)
+
+    @property
+    def busy_share(self) -> float | None:
+        """The device's busy time over its span, median over the runs (None without a trace): well
+        under 1, the run waits for the host between its kernels (launch-bound)."""
+        if not self.from_device or not self.device_busy_ms or len(self.device_busy_ms) != len(self.device_ms):
+            return None
+        return statistics.median(b / d for b, d in zip(self.device_busy_ms, self.device_ms))
 
     @property
     def trace_s(self) -> float:
@@ -198,7 +207,7 @@ def time_runs(
     reading = clock()
     spans = timeline.spans(n_runs) if timeline else None
     parts = (started_s, stopped_s, clock() - reading)
-    return Timing(runs, walls, overhead, spans, parts)
+    return Timing(runs, walls, overhead, spans, parts, timeline.busy_ms if spans else None)
 
 
 def _nothing(*args: Any) -> None:

@@ -4,6 +4,8 @@ breakdown can tell the trace's start, stop and reading from the runs and their c
 import contextlib
 import time
 
+import pytest
+
 from platforms import TimingSettings, get_platform, time_runs
 from platforms.cpu import CpuPlatform
 
@@ -44,3 +46,45 @@ def test_the_trace_cost_is_counted_apart_from_the_runs():
 def test_without_a_trace_it_costs_nothing():
     timing = time_runs(get_platform("cpu"), lambda i, args: time.sleep(0.01), SETTINGS)
     assert timing.trace_s < 0.01
+
+
+class _Event:
+    """One event of a device trace as ``DeviceTimeline.spans`` reads it (kineto's accessors)."""
+
+    def __init__(self, name: str, device: str, start_ns: int, end_ns: int) -> None:
+        self._name, self._device, self._start, self._end = name, device, start_ns, end_ns
+
+    def name(self) -> str:
+        return self._name
+
+    def device_type(self) -> str:
+        return f"DeviceType.{self._device}"
+
+    def start_ns(self) -> int:
+        return self._start
+
+    def end_ns(self) -> int:
+        return self._end
+
+
+def test_the_trace_gives_each_runs_span_and_the_devices_busy_time_in_it():
+    from types import SimpleNamespace
+
+    from platforms.timeline import DeviceTimeline
+    from platforms.timing import Timing
+
+    timeline = DeviceTimeline()
+    ms = 1_000_000
+    events = [
+        _Event(f"{timeline._tag}0", "CPU", 0, 10 * ms),  # run 0: two kernels back to back
+        _Event("k", "CUDA", 1 * ms, 3 * ms), _Event("k", "CUDA", 3 * ms, 5 * ms),
+        _Event(f"{timeline._tag}1", "CPU", 20 * ms, 40 * ms),  # run 1: a 2 ms kernel, a gap of 6 ms, another
+        _Event("k", "CUDA", 21 * ms, 23 * ms), _Event("k", "CUDA", 29 * ms, 31 * ms),
+        _Event("copy", "CUDA", 30 * ms, 30 * ms + ms // 2),  # overlapping another: counted once
+    ]
+    timeline._profile = SimpleNamespace(profiler=SimpleNamespace(kineto_results=SimpleNamespace(events=lambda: events)))
+    timeline._closed = True
+    assert timeline.spans(2) == [4.0, 10.0] and timeline.busy_ms == [4.0, 4.0]
+    timing = Timing([10.0, 20.0], [10.0, 20.0], 0.0, [4.0, 10.0], (0.0, 0.0, 0.0), timeline.busy_ms)
+    assert timing.busy_share == pytest.approx((1.0 + 0.4) / 2)  # the median of 1 and 0.4
+    assert Timing([10.0], [10.0], 0.0, None).busy_share is None  # no trace: not known

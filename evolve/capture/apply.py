@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from evolve.capture.manifest import CaptureError, Manifest, RegionEntry, read_manifest
-from evolve.capture.model import Captured, Key, capture, time_forward
+from evolve.capture.model import Captured, Key, capture, time_forward, timed_forward
 from evolve.capture.regions import (NotWritable, RegionSpec, before_writes, bind_state, describe, region_spec,
                                     write_back)
 from evolve.session import STORE_FILE
@@ -55,6 +55,10 @@ class Kernel:
     kernel_id: int
     speedup: float | None  # over the region's reference, as the judge timed it
     cutoff: float | None  # the run's max_abs_diff, when its config set one
+
+
+#: Below this share of its span busy, a forward is said to wait for its launches (``ApplyReport.busy_note``).
+LAUNCH_BOUND = 0.6
 
 
 @dataclasses.dataclass
@@ -89,6 +93,10 @@ class ApplyReport:
     compiled_ms: float | None = None
     patched_ms: float | None = None
     device: str = ""
+    #: The device's busy time over each forward's span (device trace only): eager's and the patched
+    #: model's. Well under 1, the forward waits for the host to launch its kernels.
+    eager_busy: float | None = None
+    patched_busy: float | None = None
 
     @property
     def speedup(self) -> float | None:
@@ -98,8 +106,22 @@ class ApplyReport:
     def speedup_compiled(self) -> float | None:
         return self.compiled_ms / self.patched_ms if self.compiled_ms and self.patched_ms else None
 
+    def busy_note(self) -> str:
+        """How busy the device kept during each forward, eager and patched; empty without a trace.
+
+        >>> r = ApplyReport("m.py", "accepted", "", [], None, None, "", 3, 0.8, 5.0, 2.0, eager_busy=0.97, patched_busy=0.25)
+        >>> print(r.busy_note())
+        device busy 97% of eager's forward, 25% of the patched one's: it waits for the host between its kernels (launch-bound)
+        """
+        if self.eager_busy is None or self.patched_busy is None:
+            return ""
+        note = f"device busy {self.eager_busy:.0%} of eager's forward, {self.patched_busy:.0%} of the patched one's"
+        return note + (": it waits for the host between its kernels (launch-bound)" if self.patched_busy < LAUNCH_BOUND
+                       else "")
+
     def to_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "speedup": self.speedup, "speedup_compiled": self.speedup_compiled}
+        return {**dataclasses.asdict(self), "speedup": self.speedup, "speedup_compiled": self.speedup_compiled,
+                "busy_note": self.busy_note()}
 
 
 def sweep_kernels(sweep_dir: str | Path) -> tuple[Path, dict[str, Kernel]]:
@@ -341,9 +363,11 @@ def _time(report: ApplyReport, problem: Any, patched: Captured, patch: _Patch, p
     import torch
 
     eager = build_model(problem.Model, problem, 0, platform.device())
-    report.eager_ms = time_forward(platform, eager, problem)
+    timing = timed_forward(platform, eager, problem)
+    report.eager_ms, report.eager_busy = timing.median_ms, timing.busy_share
     with patched.observed(patch):
-        report.patched_ms = time_forward(platform, patched, problem)
+        timing = timed_forward(platform, patched, problem)
+    report.patched_ms, report.patched_busy = timing.median_ms, timing.busy_share
     compiled = torch.compile(build_model(problem.Model, problem, 0, platform.device()))
     try:
         with torch.no_grad():

@@ -235,6 +235,12 @@ def time_forward(platform: Platform, forward: Callable[..., Any], problem: Probl
     """``forward(*inputs)``'s median time under kevo's timing protocol (``platforms.time_runs``:
     cold cache, whole-device synchronisation, the device's trace where there is one), on fresh
     inputs for every run, drawn before it from ``seed + run``."""
+    return timed_forward(platform, forward, problem, seed).median_ms
+
+
+def timed_forward(platform: Platform, forward: Callable[..., Any], problem: Problem, seed: int = 1000) -> Any:
+    """``time_forward``'s window whole (``platforms.timing.Timing``: the runs, and where the device
+    trace has them, each run's span and the device's busy time in it)."""
     import torch
 
     from fitness.problem import make_inputs
@@ -246,4 +252,4 @@ def time_forward(platform: Platform, forward: Callable[..., Any], problem: Probl
 
     with device_window(platform):
         return time_runs(platform, run, platform.timing,
-                         lambda i: make_inputs(problem, seed + i, platform.device())).median_ms
+                         lambda i: make_inputs(problem, seed + i, platform.device()))
