@@ -17,7 +17,7 @@
 #   bash bench/gpu_round.sh trace-cost             # the device trace's own cost a window, small and real size
 #   bash bench/gpu_round.sh sol30 sol-extra        # kevo's best at own shapes on 33 (and 5 more) level-1 problems (resumable)
 #   bash bench/gpu_round.sh llm busy-seq busy-side # LLM overlap; a 20-problem sweep one by one, then 3 side by side
-#   bash bench/gpu_round.sh models                 # extract, sweep and apply five level-3 models (MODELS, MODEL_EVALS)
+#   bash bench/gpu_round.sh models                 # extract, sweep and apply five level-3 models (MODELS, MODEL_EVALS, MODEL_WALL)
 #   bash bench/gpu_round.sh extract                # kevo extract over every level-3 model
 #
 # SECTION_S (default 540) bounds each section; ROUND_S (default 580) the whole call. PACK=FILE.tgz
@@ -300,12 +300,14 @@ sec_busy_side() {
         --run-dir "$OUT/busy-side"
 }
 
-sec_models() {  # whole models: extract at own shapes, sweep the regions (MODEL_EVALS each), put the best kernels back
+sec_models() {  # whole models: extract at own shapes, sweep the regions (MODEL_EVALS each, at most MODEL_WALL s
+    # a region), put the best kernels back. Default: those not yet taken end to end on the H200 (1_MLP and
+    # 3_DeepNarrowMLP were, on 2026-12-03)
     local m
-    for m in ${MODELS:-1_MLP 3_DeepNarrowMLP 11_VGG16 19_MobileNetV1 43_MinGPTCausalAttention}; do
+    for m in ${MODELS:-2_ShallowWideMLP 17_SqueezeNetFireModule 28_VisionTransformer 19_MobileNetV1 11_VGG16}; do
         timeout "$(left)" python3 -m evolve.cli extract "$L3/$m.py" -o "$OUT/models/$m" --device cuda --json \
             > "$OUT/models_$m.extract.json" || continue
-        sed -i -E "s/population_size: [0-9]+/population_size: 4/; s/max_evaluations: [0-9]+/max_evaluations: ${MODEL_EVALS:-12}/" \
+        sed -i -E "s/population_size: [0-9]+/population_size: 4/; s/max_evaluations: [0-9]+/max_evaluations: ${MODEL_EVALS:-12}, max_wall_time_s: ${MODEL_WALL:-60}/" \
             "$OUT/models/$m/sweep.yaml"
         timeout "$(left)" python3 -m evolve.cli sweep "$OUT/models/$m/sweep.yaml" --run-dir "$OUT/models/$m/sweep" \
             --json > "$OUT/models_$m.sweep.json"
