@@ -117,6 +117,10 @@ class PreparedProblem:
                         if v is not None]
             if variants:
                 self.held_out_groups.append(variants)
+        if held_out is None and not self.held_out_groups:
+            self._note("no held-out shapes: no size of 8 or more here is the data's alone (the model's settings "
+                       "and the sizes its weights fix stay), so kernels are checked at these shapes only; "
+                       "HELD_OUT_SHAPES in the problem or held_out_shapes in the config gives others")
         #: Whether a check computes the reference's outputs while the worker runs the candidate
         #: (faster) or before (less memory: fitness.memory_plan); slots_that_fit may turn it off.
         self.overlap_reference = True

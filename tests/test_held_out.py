@@ -178,3 +178,14 @@ def test_a_model_that_cannot_be_built_on_meta_pins_nothing(tmp_path):
                                        "        assert float(self.norm.weight.sum()) > 0"))
     variants = [variant for group in held_out_shapes(problem, rng=random.Random(5)) for variant in group]
     assert variants and all(set(variant) == {"batch_size", "features", "length"} for variant in variants)
+
+
+def test_a_problem_with_nothing_to_vary_says_so(tmp_path):
+    # every size of 8 or more is fixed by the weights, the batch is small: no held-out shape, and a note
+    problem = tmp_path / "pool_norm.py"
+    problem.write_text(POOLING.replace("batch_size = 16", "batch_size = 4").replace("length = 640", "length = 64"))
+    with Evaluator(problem, platform="cpu") as evaluator:
+        assert evaluator.held_out == []
+        assert any(note.startswith("no held-out shapes") for note in evaluator.prepared.notes)
+    with Evaluator(problem, platform="cpu", held_out=[]) as evaluator:  # turned off: nothing to say
+        assert not any(note.startswith("no held-out shapes") for note in evaluator.prepared.notes)
