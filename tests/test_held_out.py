@@ -189,3 +189,44 @@ def test_a_problem_with_nothing_to_vary_says_so(tmp_path):
         assert any(note.startswith("no held-out shapes") for note in evaluator.prepared.notes)
     with Evaluator(problem, platform="cpu", held_out=[]) as evaluator:  # turned off: nothing to say
         assert not any(note.startswith("no held-out shapes") for note in evaluator.prepared.notes)
+
+
+# A region kevo extract wrote from 11_VGG16 on the H200 (conv -> relu -> max_pool): the channel count
+# dim1 shapes both the input and the weight. Held-out shapes that varied it made every compile seed
+# 'wrong' (Inductor's convolution template holds the weight's sizes as constants).
+VGG_REGION = """
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self, dim1, dim3):
+        super().__init__()
+        self.p0 = nn.Parameter(torch.empty((dim1, dim1, dim3, dim3)).uniform_(-0.04, 0.04))
+        self.p1 = nn.Parameter(torch.empty((dim1,)).uniform_(-0.04, 0.03))
+
+    def forward(self, x0):
+        t0 = torch.conv2d(x0, self.p0, self.p1, (1, 1), (1, 1), (1, 1), 1)
+        return torch.nn.functional.max_pool2d(torch.relu(t0), 2, 2, 0, 1)
+
+
+batch_size = 10
+dim1 = 64
+dim2 = 224
+dim3 = 3
+
+
+def get_inputs():
+    return [torch.randn(batch_size, dim1, dim2, dim2)]
+
+
+def get_init_inputs():
+    return [dim1, dim3]
+"""
+
+
+def test_an_extracted_convolution_keeps_its_channels_and_varies_batch_and_image(tmp_path):
+    problem = tmp_path / "00_conv2d_relu_max_pool2d.py"
+    problem.write_text(VGG_REGION)
+    variants = [variant for group in held_out_shapes(problem, rng=random.Random(3)) for variant in group]
+    assert variants and all(set(variant) == {"batch_size", "dim2"} for variant in variants)
