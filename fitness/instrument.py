@@ -135,7 +135,7 @@ def _timer_objects(platform) -> dict[str, tuple[Any, str]]:
         for name, value in list(namespace.items()):
             if id(value) in own and not name.startswith("__"):
                 watched.setdefault(f"{module_name}.{name}", (module, name))
-    for cls, methods in ((timeline.DeviceTimeline, ("__init__", "__enter__", "__exit__", "run", "spans")),
+    for cls, methods in ((timeline.DeviceTimeline, ("__init__", "__enter__", "__exit__", "run", "spans", "runs")),
                          (timing.Timing, ("__init__",)), (timing.TimingSettings, ("__init__",))):
         for method in methods:
             watched[f"{cls.__name__}.{method}"] = (cls, method)

@@ -224,7 +224,8 @@ def held_out_shapes(path: str | Path, shapes: dict[str, int] | None = None,
         return [[d] for d in declared]
     base = {k.name: k.value for k in shape_knobs(path)}
     base.update(shapes or {})
-    fixed = model_knobs(tree) | pinned_by_state(path, base)
+    fixed = model_knobs(tree)
+    fixed |= pinned_by_state(path, base, skip=fixed)
     knobs = {name: value for name, value in base.items() if value >= _MIN_PERTURBED and name not in fixed}
     if not knobs:
         return []
@@ -256,7 +257,7 @@ def model_knobs(tree: ast.Module) -> set[str]:
     return _read_by(tree, "get_init_inputs") - _read_by(tree, "get_inputs")
 
 
-def pinned_by_state(path: Path, base: dict[str, int]) -> set[str]:
+def pinned_by_state(path: Path, base: dict[str, int], skip: set[str] | frozenset[str] = frozenset()) -> set[str]:
     """The knobs (of ``_MIN_PERTURBED`` or more) that shape the model's parameters or buffers: a
     layer's channel counts, a normalisation's weight. The model's weights fix them whatever the
     data (an input of other channels cannot meet the same weights), so a kernel may specialise to
@@ -265,7 +266,8 @@ def pinned_by_state(path: Path, base: dict[str, int]) -> set[str]:
     without weights) still varies.
 
     Found by building the model on the meta device (no memory, no compute) at the main shapes and
-    with each knob doubled; a problem whose model cannot be built that way pins nothing.
+    with each knob doubled (but those in ``skip``, already kept); a problem whose model cannot be
+    built that way pins nothing.
     """
     try:
         main = _state_shapes(path, base)
@@ -273,7 +275,7 @@ def pinned_by_state(path: Path, base: dict[str, int]) -> set[str]:
         return set()
     pinned = set()
     for name, value in base.items():
-        if value < _MIN_PERTURBED:
+        if value < _MIN_PERTURBED or name in skip:
             continue
         try:
             if _state_shapes(path, {**base, name: 2 * value}) != main:

@@ -49,8 +49,6 @@ class DeviceTimeline:
         # A run's range is named with a secret, so nobody else's range can pass for it.
         self._tag = f"kevo-run-{secrets.token_hex(8)}:"
         self._closed = False
-        #: After ``spans()``: each run's milliseconds with some device activity (its span less the gaps).
-        self.busy_ms: list[float] | None = None
 
     def __enter__(self) -> "DeviceTimeline":
         _ONE_WINDOW.acquire()
@@ -74,6 +72,12 @@ class DeviceTimeline:
 
     def spans(self, n_runs: int) -> list[float] | None:
         """Milliseconds from the first to the last device activity of each run, or None."""
+        measured = self.runs(n_runs)
+        return None if measured is None else measured[0]
+
+    def runs(self, n_runs: int) -> tuple[list[float], list[float]] | None:
+        """Each run's span (``spans``) and the milliseconds of it with some device activity
+        (``busy_ms``: the span less the gaps between kernels), or None."""
         if not self._closed:
             raise RuntimeError("spans() before the window closed")
         try:
@@ -105,8 +109,7 @@ class DeviceTimeline:
                 return None
             spans.append((max(end for _, end in inside) - inside[0][0]) / 1e6)
             busy.append(busy_ms(inside))
-        self.busy_ms = busy
-        return spans
+        return spans, busy
 
 
 def busy_ms(intervals: list[tuple[int, int]]) -> float:

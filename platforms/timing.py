@@ -205,9 +205,9 @@ def time_runs(
     stopped_s = clock() - leaving  # the trace stopped
     runs = [elapsed(start, stop) for start, stop in marks]
     reading = clock()
-    spans = timeline.spans(n_runs) if timeline else None
+    spans, busy = (timeline.runs(n_runs) if timeline else None) or (None, None)
     parts = (started_s, stopped_s, clock() - reading)
-    return Timing(runs, walls, overhead, spans, parts, timeline.busy_ms if spans else None)
+    return Timing(runs, walls, overhead, spans, parts, busy)
 
 
 def _nothing(*args: Any) -> None:

@@ -23,7 +23,7 @@ class SlowTrace:
     def run(self, index):
         return contextlib.nullcontext()
 
-    def spans(self, n_runs):
+    def runs(self, n_runs):  # what time_runs reads: each run's span and busy time (none here)
         time.sleep(0.05)
         return None
 
@@ -84,7 +84,8 @@ def test_the_trace_gives_each_runs_span_and_the_devices_busy_time_in_it():
     ]
     timeline._profile = SimpleNamespace(profiler=SimpleNamespace(kineto_results=SimpleNamespace(events=lambda: events)))
     timeline._closed = True
-    assert timeline.spans(2) == [4.0, 10.0] and timeline.busy_ms == [4.0, 4.0]
-    timing = Timing([10.0, 20.0], [10.0, 20.0], 0.0, [4.0, 10.0], (0.0, 0.0, 0.0), timeline.busy_ms)
+    spans, busy = timeline.runs(2)
+    assert spans == [4.0, 10.0] and busy == [4.0, 4.0] and timeline.spans(2) == spans
+    timing = Timing([10.0, 20.0], [10.0, 20.0], 0.0, spans, (0.0, 0.0, 0.0), busy)
     assert timing.busy_share == pytest.approx((1.0 + 0.4) / 2)  # the median of 1 and 0.4
     assert Timing([10.0], [10.0], 0.0, None).busy_share is None  # no trace: not known
