@@ -17,7 +17,7 @@
 #   bash bench/gpu_round.sh trace-cost             # the device trace's own cost a window, small and real size
 #   bash bench/gpu_round.sh sol30 sol-extra        # kevo's best at own shapes on 33 (and 5 more) level-1 problems (resumable)
 #   bash bench/gpu_round.sh llm busy-seq busy-side # LLM overlap; a 20-problem sweep one by one, then 3 side by side
-#   bash bench/gpu_round.sh models                 # extract, sweep and apply five level-3 models (MODELS, MODEL_EVALS, MODEL_WALL)
+#   bash bench/gpu_round.sh models                 # extract, sweep and apply five level-3 models (MODELS, MODEL_EVALS, MODEL_WALL, MODEL_SIDE)
 #   bash bench/gpu_round.sh extract                # kevo extract over every level-3 model
 #
 # SECTION_S (default 540) bounds each section; ROUND_S (default 580) the whole call. PACK=FILE.tgz
@@ -309,6 +309,7 @@ sec_models() {  # whole models: extract at own shapes, sweep the regions (MODEL_
             > "$OUT/models_$m.extract.json" || continue
         sed -i -E "s/population_size: [0-9]+/population_size: 4/; s/max_evaluations: [0-9]+/max_evaluations: ${MODEL_EVALS:-12}, max_wall_time_s: ${MODEL_WALL:-60}/" \
             "$OUT/models/$m/sweep.yaml"
+        echo "side_by_side: ${MODEL_SIDE:-3}" >> "$OUT/models/$m/sweep.yaml"  # a model's regions are small: several at once
         timeout "$(left)" python3 -m evolve.cli sweep "$OUT/models/$m/sweep.yaml" --run-dir "$OUT/models/$m/sweep" \
             --json > "$OUT/models_$m.sweep.json"
         timeout 60 python3 -m evolve.cli report "$OUT/models/$m/sweep" > "$OUT/models_$m.sweep.md" 2>&1
