@@ -259,34 +259,14 @@ def cmd_apply(args: argparse.Namespace) -> int:
     from evolve.capture.apply import apply
 
     _read(args.model, "model file")
-    report = apply(args.model, args.sweep_dir, args.device, args.max_abs_diff, checks=args.checks)
+    report = apply(args.model, args.sweep_dir, args.device, args.max_abs_diff, checks=args.checks,
+                   keep_slower=args.keep_slower)
     if args.json:
         print(json.dumps(report.to_dict()))
     else:
-        _print_applied(report)
-    return EXIT_ACCEPTED if report.status == "accepted" else EXIT_REJECTED
-
-
-def _print_applied(r) -> None:
-    print(f"status     {r.status}")
-    if r.reason:
-        print(f"reason     {r.reason}")
-    for g in r.regions:
-        diff = f", max_abs_diff {g.max_abs_diff:.3g} (cutoff {g.cutoff:.3g})" if g.max_abs_diff is not None else ""
-        what = f"kernel {g.kernel}, {g.speedup:.3g}x alone{diff}" if g.applied else g.note
-        print(f"  {g.share:6.1%}  x{g.applied}/{g.count} {g.problem}: {what}")
-    if r.cutoff is not None:
-        print(f"model      max_abs_diff {r.max_abs_diff:.3g} (cutoff {r.cutoff:.3g}: {r.cutoff_rule}), "
-              f"{r.checks} fresh input sets")
-    if r.patched_ms:
-        print(f"eager      {r.eager_ms:.4g} ms\ncompiled   " + (f"{r.compiled_ms:.4g} ms" if r.compiled_ms else "-"))
-        print(f"patched    {r.patched_ms:.4g} ms: {r.speedup:.3f}x over eager"
-              + (f", {r.speedup_compiled:.3f}x over torch.compile" if r.speedup_compiled else "")
-              + (f"\n           {r.busy_note()}" if r.busy_note() else ""))
-    if r.covered:
-        bound = f"{r.bound:.3g}x" if r.bound else "unbounded"
-        expected = f"; {r.expected:.3g}x with the kernels' own speedups" if r.expected else ""
-        print(f"bound      {bound} (Amdahl: the patched regions are {r.covered:.1%} of the model){expected}")
+        from evolve.report_apply import applied_lines
+        print("\n".join(applied_lines(report)))
+    return EXIT_REJECTED if report.status == "refused" else EXIT_ACCEPTED  # unchanged: nothing faster, nothing wrong
 
 
 def _shape_and_device(parser: argparse.ArgumentParser, what: str) -> None:
@@ -374,6 +354,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="cutoff on the model's max |out - ref| (default: its MAX_ABS_DIFF, else derived "
                             "from its outputs as verify derives one)")
     apply.add_argument("--checks", type=int, default=3, help="fresh input sets the model is checked on (default 3)")
+    apply.add_argument("--keep-slower", action="store_true",
+                       help="put in every region's best kernel, also those slower than the region's own code")
     _json_output(apply, cmd_apply, "print one JSON object on stdout")
     return parser
 

@@ -242,10 +242,10 @@ def _stored_sweep(sweep_dir: Path, problem: Path, source: str) -> None:
     config = {"problem": {"reference": str(problem), "seeds": []}, "platform": "cpu"}
     (sweep_dir / name).mkdir(parents=True)
     (sweep_dir / "sweep.json").write_text(json.dumps([{"name": name, "config": config, "skip": ""}]))
-    result = {"status": "accepted", "runtime_ms": 1.0, "reference_ms": 1.0, "speedup": 1.0}
+    result = {"status": "accepted", "runtime_ms": 0.5, "reference_ms": 1.0, "speedup": 2.0}  # faster: apply puts it in
     with RunStore.create(sweep_dir / name / "run.sqlite", config) as store:
         store.add_individual(Individual(None, source, source_hash(source), 0, 0, "seed", [], {},
-                                        status="accepted", runtime_ms=1.0, result=result))
+                                        status="accepted", runtime_ms=0.5, result=result))
 
 
 def test_apply_refuses_a_wrong_kernel_naming_its_region(tmp_path):
@@ -268,7 +268,14 @@ def test_apply_accepts_a_right_kernel_from_a_sweep_and_times_the_model(tmp_path)
                      f"problems:\n  - reference: {problem}\n    seeds: [{seed}]\n")
     done = kevo("sweep", sweep, "--run-dir", tmp_path / "runs")  # the judge accepts it first
     assert done.returncode == 0, done.stderr[-3000:]
+    # Triton's interpreter is slower than torch's own code: apply keeps the region's code unless told
     done = kevo("apply", model, tmp_path / "runs", "--device", "cpu", "--json")
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    kept = {r["problem"]: r for r in report["regions"]}[problem.name]
+    assert report["status"] == "unchanged" and report["patched_ms"] is None, report
+    assert kept["applied"] == 0 and kept["speedup"] < 1 and kept["note"].startswith("kept its own code"), kept
+    done = kevo("apply", model, tmp_path / "runs", "--device", "cpu", "--json", "--keep-slower")
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout)
     assert report["status"] == "accepted", report["reason"]

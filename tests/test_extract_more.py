@@ -51,10 +51,13 @@ def run_problem(path: Path) -> tuple[list, list]:
     return inputs, list(out) if isinstance(out, (tuple, list)) else [out]
 
 
-def own_sweep(out: Path, sweep_dir: Path, only: list[str] | None = None) -> None:
+def own_sweep(out: Path, sweep_dir: Path, only: list[str] | None = None,
+              speedups: dict[str, float] | None = None) -> None:
     """A sweep directory as kevo sweep leaves it, whose runs hold, as their best accepted kernel,
     each problem's own reference (its ``Model`` as ``ModelNew``): apply then runs the problems'
-    code in place of the regions' (``only``: for these problem files alone)."""
+    code in place of the regions' (``only``: for these problem files alone). Each kernel is
+    stored as the judge would store one twice as fast as its reference (``speedups``: as fast as
+    given, per problem file)."""
     from population_store import RunStore
     from population_store.individual import Individual, source_hash
 
@@ -67,16 +70,17 @@ def own_sweep(out: Path, sweep_dir: Path, only: list[str] | None = None) -> None
         name = f"{i:03d}-{problem.stem}"
         config = {"problem": {"reference": str(problem), "seeds": []}, "platform": "cpu"}
         (sweep_dir / name).mkdir(parents=True)
-        result = {"status": "accepted", "runtime_ms": 1.0, "reference_ms": 1.0, "speedup": 1.0}
+        speedup = (speedups or {}).get(region.problem, 2.0)
+        result = {"status": "accepted", "runtime_ms": 1.0 / speedup, "reference_ms": 1.0, "speedup": speedup}
         with RunStore.create(sweep_dir / name / "run.sqlite", config) as store:
             store.add_individual(Individual(None, source, source_hash(source), 0, 0, "seed", [], {},
-                                            status="accepted", runtime_ms=1.0, result=result))
+                                            status="accepted", runtime_ms=1.0 / speedup, result=result))
         entries.append({"name": name, "config": config, "skip": ""})
     (sweep_dir / "sweep.json").write_text(json.dumps(entries))
 
 
-def apply(model: Path, sweep_dir: Path) -> dict:
-    done = kevo("apply", model, sweep_dir, "--device", "cpu", "--json", "--checks", "2")
+def apply(model: Path, sweep_dir: Path, *args: str) -> dict:
+    done = kevo("apply", model, sweep_dir, "--device", "cpu", "--json", "--checks", "2", *args)
     assert done.returncode in (0, 1), done.stderr[-3000:]
     return json.loads(done.stdout)
 
@@ -149,6 +153,32 @@ def test_apply_writes_back_what_a_kernel_returns_for_a_region_that_writes_its_in
     report = apply(model, tmp_path / "all")
     assert report["status"] == "accepted", report["reason"]
     assert all(r["applied"] == r["count"] for r in report["regions"]), report["regions"]
+
+
+def test_apply_keeps_the_code_of_a_region_whose_kernel_is_slower(tmp_path):
+    """Seen on the H200: 2_ShallowWideMLP's sweep found kernels at 0.53x and 0.43x of two of its
+    regions' own code, and apply put them in, making the model 0.64x. A region whose best kernel
+    is not faster keeps its code; --keep-slower puts every kernel in."""
+    model = model_file(tmp_path, "writes", WRITES)
+    out = tmp_path / "regions"
+    problems = [r["problem"] for r in extract(model, out)["regions"]]
+    slow, fast = problems[0], problems[1:]
+    own_sweep(out, tmp_path / "sweep", speedups={slow: 0.5})
+    report = apply(model, tmp_path / "sweep")
+    assert report["status"] == "accepted", report["reason"]
+    regions = {r["problem"]: r for r in report["regions"]}
+    assert regions[slow]["applied"] == 0 and regions[slow]["speedup"] == 0.5
+    assert regions[slow]["note"] == "kept its own code: its best kernel is 0.5x of it"
+    assert all(regions[p]["applied"] == regions[p]["count"] for p in fast), regions
+    assert report["covered"] == pytest.approx(sum(regions[p]["share"] for p in fast))
+    report = apply(model, tmp_path / "sweep", "--keep-slower")
+    assert all(r["applied"] == r["count"] for r in report["regions"]), report["regions"]
+    # nothing faster: the model stays as it is, and apply says so (exit 0: nothing is wrong)
+    own_sweep(out, tmp_path / "slow", speedups=dict.fromkeys(problems, 1.0))
+    done = kevo("apply", model, tmp_path / "slow", "--device", "cpu")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "status     unchanged" in done.stdout and "faster than the region's own code" in done.stdout
+    assert done.stdout.count("kept its own code: its best kernel is 1x of it") == len(problems), done.stdout
 
 
 def test_apply_checks_a_model_that_returns_a_dict(tmp_path):

@@ -4,8 +4,11 @@ The sweep's runs (``kevo sweep`` over the ``sweep.yaml`` that ``kevo extract``
 wrote) each hold the best kernel found for one region. The model is captured
 again as extract captured it (``evolve.capture.model``, at the manifest's
 shapes), and every region whose spec key is in the manifest and has a kernel
-runs that kernel's ``ModelNew`` instead, holding the model's own parameters
-(``evolve.capture.regions.bind_state``). Then:
+faster than the region's own code (as the judge timed the two) runs that
+kernel's ``ModelNew`` instead, holding the model's own parameters
+(``evolve.capture.regions.bind_state``); a region whose best kernel is slower
+keeps its code, and the report says so (``keep_slower`` puts it in anyway).
+Then:
 
 - the check: on fresh inputs, the patched model against the original, under a
   model-level cutoff, and every patched region against its own code on the
@@ -79,7 +82,7 @@ class ApplyReport:
     """What ``kevo apply`` found: accepted or refused, and the times."""
 
     model: str
-    status: str  # accepted | refused
+    status: str  # accepted | refused | unchanged (no region's kernel is faster than its own code)
     reason: str
     regions: list[RegionOutcome]
     max_abs_diff: float | None
@@ -261,9 +264,10 @@ class _Patch:
 
 
 def apply(model_path: str | Path, sweep_dir: str | Path, device: str = "auto", max_abs_diff: float | None = None,
-          checks: int = 3, time_it: bool = True) -> ApplyReport:
-    """Put the sweep's best kernels into the model at ``model_path``, check it on ``checks`` fresh
-    input sets and (if accepted and ``time_it``) time it; see the module doc.
+          checks: int = 3, time_it: bool = True, keep_slower: bool = False) -> ApplyReport:
+    """Put the sweep's best kernels into the model at ``model_path`` (those faster than their region's
+    own code, or all with ``keep_slower``), check it on ``checks`` fresh input sets and (if accepted
+    and ``time_it``) time it; see the module doc.
 
     ``CaptureError`` when the sweep is not this model's or holds no kernel yet.
     """
@@ -274,14 +278,22 @@ def apply(model_path: str | Path, sweep_dir: str | Path, device: str = "auto", m
         raise CaptureError(f"{sweep_dir}: its regions come from {Path(manifest.model).name}, not {model_path.name}")
     if not kernels:
         raise CaptureError(f"{sweep_dir}: no region has an accepted kernel yet (see 'kevo report {sweep_dir}')")
-    problem = load_problem(model_path, manifest.shapes)
+    slower = {} if keep_slower else {n: k for n, k in kernels.items() if k.speedup is not None and k.speedup <= 1}
+    kernels = {n: k for n, k in kernels.items() if n not in slower}
     platform = get_platform(device)
+    if not kernels:
+        regions = [_outcome(e, None, 0, (None, None), slower) for e in manifest.regions]
+        return ApplyReport(str(model_path), "unchanged", "no region's kernel is faster than the region's own code "
+                           "(--keep-slower puts them in anyway)", regions, None, None, "", 0, 0.0, None, None,
+                           device=platform.name)
+    problem = load_problem(model_path, manifest.shapes)
     with _kernel_env(platform), tempfile.TemporaryDirectory(prefix=f"kevo-apply-{os.getpid()}-") as tmp:
         try:
             classes = {name: _load_kernel(kernel, Path(tmp)) for name, kernel in kernels.items()}
             patched = capture(problem, platform)
             patch = _Patch(patched, manifest, folder, classes, kernels, platform)
-            report = _check(model_path, problem, patched, patch, manifest, kernels, platform, max_abs_diff, checks)
+            report = _check(model_path, problem, patched, patch, manifest, kernels, slower, platform, max_abs_diff,
+                            checks)
         except _Refused as exc:
             return ApplyReport(str(model_path), "refused", str(exc), [], None, None, "", 0, 0.0, None, None,
                                device=platform.name)
@@ -291,7 +303,8 @@ def apply(model_path: str | Path, sweep_dir: str | Path, device: str = "auto", m
 
 
 def _check(model_path: Path, problem: Any, patched: Captured, patch: _Patch, manifest: Manifest,
-           kernels: dict[str, Kernel], platform: Platform, max_abs_diff: float | None, checks: int) -> ApplyReport:
+           kernels: dict[str, Kernel], slower: dict[str, Kernel], platform: Platform, max_abs_diff: float | None,
+           checks: int) -> ApplyReport:
     """The patched model against the original on ``checks`` fresh input sets (see the module doc)."""
     import torch
 
@@ -321,15 +334,8 @@ def _check(model_path: Path, problem: Any, patched: Captured, patch: _Patch, man
             if verdict.status != "accepted" and not model_fault:
                 model_fault = f"the model's {verdict.reason}"
     applied = patch.applied()
-    regions = []
-    for entry in manifest.regions:
-        kernel = kernels.get(entry.problem)
-        diff, region_cutoff = patch.worst.get(entry.problem, (None, None))
-        note = ("no accepted kernel in the sweep" if kernel is None else
-                "" if applied.get(entry.problem) else "no region of the model matches it at these shapes")
-        regions.append(RegionOutcome(entry.problem, entry.share, entry.count, applied.get(entry.problem, 0),
-                                     f"{kernel.run}#{kernel.kernel_id}" if kernel else None,
-                                     kernel.speedup if kernel else None, diff, region_cutoff, note))
+    regions = [_outcome(e, kernels.get(e.problem), applied.get(e.problem, 0), patch.worst.get(e.problem, (None, None)),
+                        slower) for e in manifest.regions]
     status, reason = "accepted", ""
     if patch.failures:
         status, reason = "refused", patch.failures[0]
@@ -348,6 +354,20 @@ def _check(model_path: Path, problem: Any, patched: Captured, patch: _Patch, man
         status, reason = "refused", "no region of the model matches a kernel of the sweep (extracted at other shapes?)"
     return ApplyReport(str(model_path), status, reason, regions, worst, cutoff, rule, checks, covered, bound,
                        expected, device=platform.name)
+
+
+def _outcome(entry: RegionEntry, kernel: Kernel | None, applied: int, worst: tuple[float | None, float | None],
+             slower: dict[str, Kernel]) -> RegionOutcome:
+    """One region's line of the report: the kernel it ran, or why it kept its own code."""
+    if kernel is None and entry.problem in slower:
+        kernel = slower[entry.problem]
+        note = f"kept its own code: its best kernel is {kernel.speedup:.3g}x of it"
+    else:
+        note = ("no accepted kernel in the sweep" if kernel is None else
+                "" if applied else "no region of the model matches it at these shapes")
+    return RegionOutcome(entry.problem, entry.share, entry.count, applied,
+                         f"{kernel.run}#{kernel.kernel_id}" if kernel else None, kernel.speedup if kernel else None,
+                         *worst, note)
 
 
 def _tensors(out: Any) -> list[Any]:
