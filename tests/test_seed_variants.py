@@ -262,6 +262,28 @@ def test_the_64_bit_variant_of_a_convolution_template_computes_the_right_answer(
     assert result.status.value == "accepted", result.reason
 
 
+def test_a_strided_convolutions_output_size_through_inductors_floor_division_is_followed(evaluators):
+    """Seen on the H200 under torch 2.11: a strided convolution's template computes ``OUT_H`` with
+    ``triton_helpers.div_floor_integer`` (its numerator's sign unknown), and the conversion refused
+    it as not computed from the kernel's arguments. The grid computes it in Python now; the same
+    size written that way (``1 + (ks1 - 3) // 1``), the seed is still accepted."""
+    from operators.seeds.convert import ConversionError
+
+    entry = recording(CONV2D, "max_autotune")
+    code = entry["codes"][0]
+    assert "    OUT_H = (-2) + ks1\n" in code and "    OUT_W = (-2) + ks2\n" in code
+    code = code.replace("    OUT_H = (-2) + ks1\n", "    OUT_H = 1 + triton_helpers.div_floor_integer((-3) + ks1,  1)\n")
+    code = code.replace("    OUT_W = (-2) + ks2\n", "    OUT_W = triton_helpers.remainder_integer(ks2, 1 + ks2) + (-2)\n")
+    source = seed_source({**entry, "codes": [code, *entry["codes"][1:]]}, problem_file(CONV2D).read_text())
+    kernel = "triton_tem_fused_convolution_2"
+    assert f"{kernel}[triton.cdiv(s77 * (1 + (-3 + s53) // 1) * (s0 % (1 + s0) + -2), " in source
+    result = evaluators.get(evaluator_name(CONV2D), shapes=entry["shapes"]).evaluate(source)
+    assert result.status.value == "accepted", result.reason
+    with pytest.raises(ConversionError, match="its OUT_H is computed from"):  # a helper it cannot compute stays refused
+        seed_source({**entry, "codes": [code.replace("div_floor_integer", "div_rn"), *entry["codes"][1:]]},
+                    problem_file(CONV2D).read_text())
+
+
 def test_a_template_kevo_does_not_follow_is_named():
     from operators.seeds.convert import ConversionError
 

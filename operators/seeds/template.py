@@ -107,6 +107,7 @@ def read_template(name: str, function: ast.FunctionDef, meta: dict[str, Any]) ->
         sizes = {axis: assigned[axis] for axis in ("M", "N")}
     else:
         sizes = {n: assigned[n] for n in (*_CONV_PROGRAMS["ndhw" if kind == "convolution3d" else "nhw"], "OUT_C")}
+    sizes = {size_name: _host_integer_ops(expr) for size_name, expr in sizes.items()}
     params = {a.arg for a in function.args.args}
     for size_name, expr in sizes.items():
         unknown = {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)} - params
@@ -152,6 +153,33 @@ def _assignments(function: ast.FunctionDef) -> dict[str, ast.expr]:
                 and isinstance(statement.targets[0], ast.Name):
             seen.setdefault(statement.targets[0].id, []).append(statement.value)
     return {name: values[0] for name, values in seen.items() if len(values) == 1}
+
+
+#: Inductor's integer helpers in a size (a strided convolution's ``OUT_H``, where the sign of the
+#: numerator is not known) and the Python operator that computes the same on the host: floor
+#: division, and the remainder that takes the divisor's sign.
+_HOST_INTEGER_OPS = {"div_floor_integer": ast.FloorDiv, "remainder_integer": ast.Mod}
+
+
+def _host_integer_ops(expr: ast.expr) -> ast.expr:
+    """``expr`` with ``triton_helpers.div_floor_integer(a, b)`` as ``a // b`` (and the remainder as
+    ``a % b``), so that the launch grid computes it in Python.
+
+    >>> ast.unparse(_host_integer_ops(ast.parse("1 + triton_helpers.div_floor_integer((-7) + ks1,  4)").body[0].value))
+    '1 + (-7 + ks1) // 4'
+    """
+
+    class Host(ast.NodeTransformer):
+        def visit_Call(self, node: ast.Call) -> ast.AST:
+            self.generic_visit(node)
+            func = node.func
+            if (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
+                    and func.value.id == "triton_helpers" and func.attr in _HOST_INTEGER_OPS
+                    and len(node.args) == 2 and not node.keywords):
+                return ast.BinOp(node.args[0], _HOST_INTEGER_OPS[func.attr](), node.args[1])
+            return node
+
+    return ast.fix_missing_locations(Host().visit(ast.parse(ast.unparse(expr), mode="eval").body))
 
 
 def _program_ids(function: ast.FunctionDef) -> set[int]:
