@@ -28,8 +28,8 @@ DEFAULTS = {"search": {"population_size": 3, "max_evaluations": 6, "seed": 1}, "
             "cluster": {"actors": 0}}
 
 
-def kevo(*args, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "evolve.cli", *map(str, args)], cwd=ROOT,
+def kevo(*args, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "evolve.cli", *map(str, args)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -129,9 +129,11 @@ def test_kevo_sweep_runs_every_problem_and_resumes_after_kill_9(tmp_path):
     sweep = write_sweep(tmp_path / "s.yaml", [problem("elementwise"), {"config": str(lax), "name": "lax"},
                                               problem("matmul")])
     run_dir = tmp_path / "sweep"
+    (tmp_path / "tmp").mkdir()  # the sweep's temp folder: nothing of kevo's is left there at the end
+    env = {**os.environ, "TMPDIR": str(tmp_path / "tmp")}
     # kill -9 once the last run has committed a result
     proc = subprocess.Popen([sys.executable, "-m", "evolve.cli", "sweep", str(sweep), "--run-dir", str(run_dir)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True, env=env)
     store = run_dir / "002-matmul" / STORE_FILE
     deadline = time.monotonic() + 400
     while time.monotonic() < deadline and proc.poll() is None:
@@ -144,7 +146,7 @@ def test_kevo_sweep_runs_every_problem_and_resumes_after_kill_9(tmp_path):
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(30)
     assert not (run_dir / SUMMARY_FILE).exists()
-    done = kevo("resume", run_dir)
+    done = kevo("resume", run_dir, env=env)
     assert done.returncode == 1, done.stderr[-3000:]  # one run failed: the exit code says so
     assert "1 run(s) failed: 001-lax" in done.stderr
     assert "1/3 correct" in done.stdout or "2/3 correct" in done.stdout, done.stdout
@@ -168,9 +170,11 @@ def test_kevo_sweep_runs_every_problem_and_resumes_after_kill_9(tmp_path):
     report = kevo("report", run_dir, "--json")  # a sweep's directory: its summary
     assert report.returncode == 0 and json.loads(report.stdout)["runs"] == summary["runs"], report.stderr
     # once more: every run has ended, nothing is evaluated again
-    again = kevo("sweep", sweep, "--run-dir", run_dir, "--json")
+    again = kevo("sweep", sweep, "--run-dir", run_dir, "--json", env=env)
     assert again.returncode == 1, again.stderr[-2000:]
     assert json.loads(again.stdout)["runs"] == summary["runs"]
+    left = [n for n in os.listdir(tmp_path / "tmp") if n.startswith("kevo") and not n.startswith("kevo-ray-home-")]
+    assert left == [], left
 
 
 def test_the_shipped_suite_sweep_loads():
