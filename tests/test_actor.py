@@ -87,3 +87,38 @@ def test_out_of_memory_beside_another_problem_s_idle_evaluators_is_tried_again_w
         assert again.status is Status.ACCEPTED, again.reason
     finally:
         actor.close()
+
+
+def test_an_actor_closing_stops_a_profile_in_flight_and_waits_for_it():
+    """The driver kills an actor right after its close: a profile still running then would leave
+    its tool running and its temporary folder behind."""
+    import threading
+    import time
+
+    from platforms.profiling import runner
+
+    class Profiling:  # an evaluator whose profile runs a tool that takes long
+        def profile(self, source, runtime_ms):
+            try:
+                runner.run_tool(["sleep", "60"], None, 120.0)
+            except runner.ProfilerFailure as failure:
+                return {"reason": failure.reason}
+            return {"reason": ""}
+
+        def close(self):
+            pass
+
+    actor = EvaluatorActor(slots=1)
+    spec = EvaluatorSpec(str(PROBLEMS / "elementwise" / "reference.py"), platform="cpu")
+    actor._all[spec] = [Profiling()]
+    records = []
+    thread = threading.Thread(target=lambda: records.append(actor.profile(spec, "source", None)))
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not runner._running:
+        assert time.monotonic() < deadline and thread.is_alive()
+        time.sleep(0.05)
+    start = time.monotonic()
+    actor.close()
+    assert time.monotonic() - start < 5 and not thread.is_alive()
+    assert records == [{"reason": "sleep was stopped: the work it profiled for has ended"}]

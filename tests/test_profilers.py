@@ -500,6 +500,35 @@ def test_a_hanging_profiler_is_killed_at_the_timeout(tmp_path):
     assert "did not finish within 2 s" in record.reason and record.bottleneck == UNKNOWN
 
 
+def test_a_profile_in_flight_is_stopped_and_its_folder_goes(tmp_path, monkeypatch):
+    """Seen on the H200: a sweep that ended with a parent's ncu profile in flight left its
+    kevo-profile- and kevo-ncu- folders, its actor killed under it. ``stop_tools`` (an actor's
+    close) stops the tool; the profile ends at once as a failure, and its folder goes."""
+    import tempfile
+    import threading
+
+    from platforms.profiling import runner
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    profiler, _ = ncu_profiler(tmp_path, "hang")
+    records = []
+    thread = threading.Thread(target=lambda: records.append(profiler.profile(["app"], {}, None, 120.0, Workload())))
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not runner._running:  # the tool has started
+        assert time.monotonic() < deadline and thread.is_alive(), records
+        time.sleep(0.05)
+    assert [n for n in os.listdir(tmp_path / "tmp") if n.startswith("kevo-ncu-")]
+    start = time.monotonic()
+    assert runner.stop_tools() == 1
+    thread.join(timeout=30)
+    assert not thread.is_alive() and time.monotonic() - start < 10
+    assert "ncu-hang was stopped: the work it profiled for has ended" in records[0].reason
+    assert os.listdir(tmp_path / "tmp") == [] and runner._running == set() and runner._stopped == set()
+    assert runner.stop_tools() == 0  # nothing in flight: nothing to stop
+
+
 def test_ncu_that_profiles_nothing_is_a_failure(tmp_path):
     profiler, _ = ncu_profiler(tmp_path, "no-report")
     record = profiler.profile(["app"], {}, "^(k)", 10.0, Workload())

@@ -13,6 +13,7 @@ import dataclasses
 import json
 import os
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -93,6 +94,8 @@ class EvaluatorActor:
         # Workers of a forgotten problem's evaluators, reset, for the next problem's: a worker
         # takes seconds to start (torch, Triton, the device's context).
         self._spare: list[Any] = []
+        self._profiling = threading.Condition()  # held while counting the profiles in flight
+        self._profiles = 0
 
     def prepare(self, spec: EvaluatorSpec) -> dict[str, Any]:
         """Build the evaluators of ``spec``, one per slot that fits, their workers started
@@ -154,22 +157,38 @@ class EvaluatorActor:
         Always the spec's first evaluator profiles, so a profiler that failed
         once stays off for the actor.
         """
-        with self._lock:
-            built = self._all.get(spec)
-            evaluator = built[0] if built else None
-        if evaluator is not None:
-            return evaluator.profile(source, runtime_ms)
-        evaluator = self._take(spec)
+        with self._profiling:
+            self._profiles += 1
         try:
-            return evaluator.profile(source, runtime_ms)
+            with self._lock:
+                built = self._all.get(spec)
+                evaluator = built[0] if built else None
+            if evaluator is not None:
+                return evaluator.profile(source, runtime_ms)
+            evaluator = self._take(spec)
+            try:
+                return evaluator.profile(source, runtime_ms)
+            finally:
+                self._give_back(spec, evaluator)
         finally:
-            self._give_back(spec, evaluator)
+            with self._profiling:
+                self._profiles -= 1
+                self._profiling.notify_all()
 
     def lane_stats(self) -> dict[str, float]:
         """How busy this device's timing lane has been since the actor started."""
         return self.lane.stats()
 
-    def close(self) -> None:
+    def close(self, wait_s: float = 10.0) -> None:
+        """Stop the evaluators' workers. A profile in flight has its tool stopped, and is waited for
+        (up to ``wait_s``) while its temporary folder goes: the driver kills the actor next."""
+        from platforms.profiling.runner import stop_tools
+
+        deadline = time.monotonic() + wait_s
+        with self._profiling:
+            while self._profiles and (left := deadline - time.monotonic()) > 0:
+                stop_tools()  # again each turn: a profile may start its tool after the last stop
+                self._profiling.wait(timeout=min(left, 0.5))
         with self._lock:
             evaluators = [e for group in self._all.values() for e in group]
             self._all.clear()

@@ -2,7 +2,9 @@
 
 Every tool call goes through ``run_tool``: its own process group, killed
 whole when the time is up (rocprofv3 is known to hang on some counter sets,
-and a hung profiler must not hang the search).
+and a hung profiler must not hang the search), or when the process that runs
+it ends its work (``stop_tools``: an actor closing with a profile in flight
+stops the tool, so that the profile's temporary folder goes with it).
 """
 
 from __future__ import annotations
@@ -12,7 +14,12 @@ import os
 import re
 import signal
 import subprocess
+import threading
 import time
+
+_running: set[subprocess.Popen] = set()  # the tool calls in flight in this process (run_tool)
+_stopped: set[int] = set()  # the pids stop_tools killed
+_lock = threading.Lock()
 
 
 class ProfilerFailure(Exception):
@@ -50,15 +57,40 @@ def run_tool(argv: list[str], env: dict[str, str] | None, timeout_s: float, cwd:
                                    stderr=subprocess.PIPE, start_new_session=True, text=True, errors="replace")
     except OSError as exc:
         raise ProfilerFailure(f"cannot run {argv[0]}: {exc.strerror or exc}") from None
+    with _lock:
+        _running.add(process)
     try:
         stdout, stderr = process.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         _kill_group(process)
         raise ProfilerFailure(f"{name} did not finish within {timeout_s:g} s and was killed") from None
+    finally:
+        with _lock:
+            _running.discard(process)
+            stopped = process.pid in _stopped
+            _stopped.discard(process.pid)
+    if stopped:
+        raise ProfilerFailure(f"{name} was stopped: the work it profiled for has ended")
     run = ToolRun(list(argv), process.returncode, stdout, stderr, time.monotonic() - start)
     if check and run.returncode != 0:
         raise ProfilerFailure(f"{name} exited with code {run.returncode}: {error_line(run)}")
     return run
+
+
+def stop_tools() -> int:
+    """Kill every tool call in flight in this process (each whole process group); each raises
+    ``ProfilerFailure`` in the thread that made it. How many there were."""
+    with _lock:
+        running = list(_running)
+        _stopped.update(p.pid for p in running)
+    for process in running:
+        if process.returncode is not None:  # already ended (and reaped): its pid may be another's now
+            continue
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return len(running)
 
 
 def _kill_group(process: subprocess.Popen) -> None:
