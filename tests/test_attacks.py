@@ -100,3 +100,21 @@ def test_a_changed_triton_hook_is_refused_by_the_worker_itself(device_kind):
         result = evaluator.evaluate(source)
     assert result.status is Status.FORBIDDEN, result.reason
     assert "Triton's compile or launch hooks" in result.reason
+
+
+def test_a_patched_device_trace_is_refused_by_the_worker_itself(device_kind):
+    """The device-trace attack with the static screen off: the audit hook refuses its read of
+    ``__code__``; without that line, and with runs() alone replaced, the tamper watch on
+    DeviceTimeline (the timer reads each run's span and busy time from its runs()) refuses it."""
+    from fitness import Evaluator
+    from tests.conftest import PROBLEMS
+
+    source = (ATTACKS / "patch_timeline_runs_elementwise.py").read_text()
+    for line in ("    timeline.runs.__code__ = fast_runs.__code__\n", "    timeline.spans = fast_spans\n"):
+        assert line in source
+        source = source.replace(line, "")  # runs() alone replaced: what the timer reads
+    with Evaluator(PROBLEMS / "elementwise" / "reference.py", platform=device_kind,
+                   shapes=SMALL_SHAPES["elementwise"], settings=EvalSettings(screen=False)) as evaluator:
+        result = evaluator.evaluate(source)
+    assert result.status is Status.FORBIDDEN, result.reason
+    assert "DeviceTimeline.runs" in result.reason, result.reason
