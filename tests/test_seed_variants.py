@@ -186,13 +186,57 @@ def test_a_configuration_that_cannot_change_the_program_is_not_captured(replayed
     assert replayed == ["default", "coordinate_descent", "max_autotune"]  # a pointwise has no reduction
     assert dict(gelu.skipped).keys() == {"looped_reductions", "no_split_reductions"}
     replayed.clear()
-    matmul, split, persistent = compile_seeds(PROBLEMS / "matmul" / "reference.py")
+    matmul, tf32, tf32x3, split, persistent = compile_seeds(PROBLEMS / "matmul" / "reference.py")
     assert matmul.variant == "max_autotune" and matmul.mode == "max-autotune-triton"
-    # the template's seed, then the structural starts made from it (operators.seeds.split_k, .persistent)
+    # the template's seed, its precision twins (fp32 operands), then the structural starts made from
+    # it (operators.seeds.precision, .split_k, .persistent)
+    assert [tf32.variant, tf32x3.variant] == ["max_autotune_tf32", "max_autotune_tf32x3"]
     assert [split.variant, persistent.variant] == ["max_autotune_split_k", "max_autotune_persistent"]
+    assert "allow_tf32=ALLOW_TF32" in matmul.source and 'input_precision="tf32"' in tf32.source
+    assert program_key(tf32.source) == program_key(matmul.source)  # the same program but for the dots' precision
+    assert tf32.source.count("input_precision=") == matmul.source.count("allow_tf32=ALLOW_TF32") >= 1
+    assert 'input_precision="tf32x3"' in tf32x3.source and "kevo variant: tf32x3 (" in tf32x3.source
     assert replayed == ["default", "max_autotune"]  # cuBLAS in the default: only the templates replace it
     reasons = dict(matmul.skipped)
     assert "extern_kernels.mm" in reasons["default"] and "extern library" in reasons["coordinate_descent"]
+
+
+PRECISION_TWINS = [("matmul/reference", "tf32"), ("matmul/reference", "tf32x3"), (CONV2D, "tf32")]
+
+
+@pytest.mark.parametrize(("problem", "precision"), PRECISION_TWINS, ids=[f"{p}-{v}" for p, v in PRECISION_TWINS])
+def test_a_templates_precision_twin_is_judged_like_any_seed(replayed, evaluators, problem, precision):
+    """Seen on the H200: a GEMM region's dot moved from ieee to tf32 ran 7x faster within its
+    cutoff, and two other regions' budgets ran out before the search got there. The twins start
+    there; on the CPU the interpreter's dot is what is judged, on a GPU the precision too."""
+    from evolve.capture.seed import compile_seeds
+
+    seeds = {seed.variant: seed for seed in compile_seeds(problem_file(problem))}
+    twin = seeds[f"max_autotune_{precision}"]
+    assert f'input_precision="{precision}"' in twin.source and f"kevo variant: {precision} (" in twin.source
+    entry = recording(problem, "max_autotune")
+    result = evaluators.get(evaluator_name(problem), shapes=entry["shapes"]).evaluate(twin.source)
+    assert result.status.value == "accepted", result.reason
+
+
+def test_no_precision_twin_where_the_template_reads_half_precision(replayed, monkeypatch):
+    """A template on fp16 operands takes the tensor cores already: its twins would be the same program."""
+    from evolve.capture import seed as seed_module
+    from operators.seeds.precision import precision_seed, reads_fp32
+
+    (matmul, *_) = seed_module.compile_seeds(problem_file("matmul/reference"))
+    templates = [k for k in matmul.kernels if k.startswith("triton_tem_")]
+    codes = matmul.recording["codes"]
+    assert templates and reads_fp32(codes, templates)
+    half = [code.replace("'*fp32'", "'*fp16'") for code in codes]
+    assert not reads_fp32(half, templates)
+    monkeypatch.setattr(seed_module, "reads_fp32", lambda codes, kernels: False)
+    assert [s.variant for s in seed_module.compile_seeds(problem_file("matmul/reference"))] == [
+        "max_autotune", "max_autotune_split_k", "max_autotune_persistent"]
+    twin = precision_seed(matmul.source, "tf32")
+    assert precision_seed(twin, "tf32") is None  # every dot there already: no twin
+    with pytest.raises(ValueError, match="not among"):
+        precision_seed(matmul.source, "bf16")
 
 
 def test_compile_seeds_names_every_configuration_when_none_gives_a_seed(replayed):

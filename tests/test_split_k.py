@@ -226,8 +226,9 @@ def test_compile_seeds_adds_the_split_k_seed_after_the_gemm_template_seed(replay
     from evolve.capture.seed import compile_seeds, write_seeds
 
     seeds = compile_seeds(PROBLEMS / "matmul" / "reference.py")
-    assert [s.variant for s in seeds] == ["max_autotune", "max_autotune_split_k", "max_autotune_persistent"]
-    base, split, _ = seeds
+    assert [s.variant for s in seeds] == ["max_autotune", "max_autotune_tf32", "max_autotune_tf32x3",
+                                          "max_autotune_split_k", "max_autotune_persistent"]
+    base, _, _, split, _ = seeds
     assert split.source == split_k_seed(base.source) and split.mode == "max-autotune-triton"
     assert split.kernels == [KERNEL] and split.duplicates == ()
     assert "max_autotune_split_k" not in dict(base.skipped)
@@ -235,8 +236,9 @@ def test_compile_seeds_adds_the_split_k_seed_after_the_gemm_template_seed(replay
         "default", "looped_reductions", "no_split_reductions"]  # no GEMM template: no split-K seed
     lines = write_seeds(PROBLEMS / "matmul" / "reference.py", tmp_path / "seeds")
     assert sorted(p.name for p in (tmp_path / "seeds").iterdir()) == [
-        "max_autotune.py", "max_autotune_persistent.py", "max_autotune_split_k.py"]
-    assert lines[1].startswith(f"wrote {tmp_path / 'seeds' / 'max_autotune_split_k.py'}")
+        "max_autotune.py", "max_autotune_persistent.py", "max_autotune_split_k.py", "max_autotune_tf32.py",
+        "max_autotune_tf32x3.py"]
+    assert lines[3].startswith(f"wrote {tmp_path / 'seeds' / 'max_autotune_split_k.py'}")
 
 
 def test_a_gemm_template_split_k_declines_is_named_among_the_skipped(replayed):
@@ -245,7 +247,8 @@ def test_a_gemm_template_split_k_declines_is_named_among_the_skipped(replayed):
     replayed.append(lambda code: code.replace("ACC_TYPE : tl.constexpr = tl.float32",
                                               "ACC_TYPE : tl.constexpr = tl.float64"))
     seeds = compile_seeds(PROBLEMS / "matmul" / "reference.py")
-    assert [s.variant for s in seeds] == ["max_autotune", "max_autotune_persistent"]  # the persistent one holds
+    assert [s.variant for s in seeds] == ["max_autotune", "max_autotune_tf32", "max_autotune_tf32x3",
+                                          "max_autotune_persistent"]  # the persistent one holds
     why = dict(seeds[0].skipped)["max_autotune_split_k"]
     assert why.startswith("no split_k variant: triton_tem_fused_mm_0: it accumulates in tl.float64")
 
@@ -293,7 +296,7 @@ from evolve.capture.seed import compile_seeds
 from fitness import Evaluator
 from operators import apply_params, find_tunables
 seeds = compile_seeds({str(problem)!r}, device="cpu", variants=["max_autotune"])
-split = seeds[1].source
+split = next(s.source for s in seeds if s.variant == "max_autotune_split_k")
 names = [t.name for t in find_tunables(split) if t.name.endswith(("_SPLIT_K", "_BLOCK_K"))]
 verdicts = []
 with Evaluator({str(problem)!r}, platform="cpu") as evaluator:
@@ -304,6 +307,7 @@ with Evaluator({str(problem)!r}, platform="cpu") as evaluator:
 print(json.dumps([[s.variant for s in seeds], "_split_k_epilogue" in split, sorted(names), verdicts]))
 """
     variants, has_epilogue, names, verdicts = interpreted(script, tmp_path)
-    assert variants == ["max_autotune", "max_autotune_split_k", "max_autotune_persistent"]
+    assert variants == ["max_autotune", "max_autotune_tf32", "max_autotune_tf32x3", "max_autotune_split_k",
+                        "max_autotune_persistent"]
     assert has_epilogue and len(names) == 2
     assert [status for status, _ in verdicts] == ["accepted", "accepted"], verdicts

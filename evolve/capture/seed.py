@@ -22,7 +22,12 @@ left out, its reason kept in ``CompiledSeed.skipped`` of the first seed.
 A seed with Inductor's matmul template is followed by its split-K and its
 persistent variants (``operators.seeds.split_k``, ``operators.seeds.persistent``),
 named ``CONFIGURATION_split_k`` and ``CONFIGURATION_persistent``; a template a
-rewrite declines is named in ``skipped`` with its reason.
+rewrite declines is named in ``skipped`` with its reason. A distinct seed whose
+matmul or convolution template reads fp32 operands is followed first by its
+precision twins (``operators.seeds.precision``): the same program with its dots
+at ``tf32`` and at ``tf32x3``, named ``CONFIGURATION_tf32`` and
+``CONFIGURATION_tf32x3``, which the cutoff judges like any other seed (kept
+apart from the duplicates, whose key does not tell precisions apart).
 ``kevo seed --all`` and ``problem.seeds: compile`` start from all of them.
 
 Convolutions come from the max-autotune configuration, through Inductor's
@@ -46,6 +51,7 @@ from typing import Any
 
 from operators.seeds.convert import ConversionError, NotTritonOnly, seed_source
 from operators.seeds.persistent import VARIANT as PERSISTENT, PersistentError, persistent_seed
+from operators.seeds.precision import PRECISIONS, precision_seed, reads_fp32
 from operators.seeds.split_k import VARIANT as SPLIT_K, SplitKError, split_k_seed
 from platforms import get_platform
 
@@ -174,10 +180,28 @@ def compile_seeds(problem_path: str | Path, device: str = "cuda", shapes: dict[s
         raise SeedError(f"{problem_path.name}: no seed from any Inductor configuration: "
                         + "; ".join(f"{name}: {why}" for name, why in skipped))
     kept = distinct(seeds, lambda s: s.source, lambda s: s.variant)
-    out = [dataclasses.replace(seed, duplicates=tuple(dropped)) for seed, dropped in kept]
+    out = _with_precision_twins([dataclasses.replace(seed, duplicates=tuple(dropped)) for seed, dropped in kept])
     out[0] = dataclasses.replace(out[0], skipped=tuple(skipped))
     for name, why in skipped:
         log.info("seed: %s: %s: %s", problem_path.name, name, why)
+    return out
+
+
+def _with_precision_twins(seeds: list[CompiledSeed]) -> list[CompiledSeed]:
+    """``seeds``, each configuration's own seed with a template on fp32 operands followed by its
+    precision twins (not the split-K and persistent rewrites: the search moves their dots)."""
+    out = []
+    for seed in seeds:
+        out.append(seed)
+        templates = [k for k in seed.kernels if k.startswith("triton_tem_")]
+        if seed.variant.endswith((f"_{SPLIT_K}", f"_{PERSISTENT}")) or not templates \
+                or not reads_fp32(seed.recording.get("codes") or [], templates):
+            continue
+        for precision in PRECISIONS:
+            twin = precision_seed(seed.source, precision)
+            if twin is not None:
+                out.append(dataclasses.replace(seed, source=twin, variant=f"{seed.variant}_{precision}",
+                                               duplicates=()))
     return out
 
 
