@@ -6,7 +6,9 @@ import argparse
 import dataclasses
 import json
 import logging
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from rich.console import Console
@@ -360,18 +362,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _stop_on_sigterm() -> list[int]:
+    """SIGTERM (a scheduler's stop, ``timeout``) ends kevo as Ctrl-C does; a second one at once."""
+    got: list[int] = []
+
+    def stop(signum: int, frame: Any) -> None:
+        got.append(signum)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, stop)
+    return got
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="kevo: %(message)s", stream=sys.stderr)
+    terminated = _stop_on_sigterm()
     try:
-        return args.func(args)
+        code = args.func(args)
+        return 128 + signal.SIGTERM if terminated and code == 130 else code
     except USER_ERRORS as exc:
         print(f"kevo {args.command}: {exc}", file=sys.stderr)
         return EXIT_UNUSABLE
     except KeyboardInterrupt:
-        print(f"kevo {args.command}: interrupted", file=sys.stderr)
-        return 130
+        print(f"kevo {args.command}: " + ("terminated (SIGTERM)" if terminated else "interrupted"), file=sys.stderr)
+        return 128 + signal.SIGTERM if terminated else 130
     except BrokenPipeError:
         # the reader of our stdout went away (kevo ... | head): not an error of ours
         sys.stdout = None

@@ -212,3 +212,46 @@ def test_usage_errors_exit_2_with_one_line(killed_and_resumed, tmp_path):
         store.add_individual(Individual(None, src, source_hash(src), 0, 0, "seed", [], {}, status="compile_error",
                                         result={"status": "compile_error", "reason": "no"}))
     one_line_error(kevo("export", nothing), "export", "no accepted kernel", "compile_error 1")
+
+
+def test_sigterm_stops_a_run_as_ctrl_c_does_and_it_resumes(tmp_path):
+    """A scheduler's stop (SIGTERM; Slurm, ``timeout``, ``docker stop``): kevo ends as on Ctrl-C,
+    exit 143, what was committed kept, nothing of kevo's left in the temp folder; the resume
+    reaches the budget exactly."""
+    (tmp_path / "tmp").mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp_path / "tmp")}
+    config = tmp_path / "matvec.yaml"
+    config.write_text(f"""\
+problem:
+  reference: {PROBLEMS}/matvec/reference.py
+  seeds: [{PROBLEMS}/matvec/seed.py]
+  shapes: {{M: 33, K: 300}}
+search: {{population_size: 4, max_evaluations: 24, seed: 3}}
+platform: cpu
+""")
+    run_dir = tmp_path / "run"
+    run = subprocess.Popen([sys.executable, "-m", "evolve.cli", "run", str(config), "--run-dir", str(run_dir)],
+                           cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 240
+        while not (run_dir / STORE_FILE).exists() or not any(
+                i.status != "pending" for i in snapshot(run_dir / STORE_FILE)[0].values()):
+            assert run.poll() is None and time.monotonic() < deadline, "no result to stop after"
+            time.sleep(0.1)
+        run.send_signal(signal.SIGTERM)
+        _, stderr = run.communicate(timeout=120)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait(timeout=30)
+    assert run.returncode == 143, stderr[-2000:]
+    assert f"continue with 'kevo resume {run_dir}'" in stderr and "Traceback" not in stderr
+    assert kevo_temp_files(tmp_path / "tmp") == []  # the workers' folders went with them
+    stopped, _ = snapshot(run_dir / STORE_FILE)
+    assert 0 < sum(i.status != "pending" for i in stopped.values()) < 24
+    resumed = kevo("resume", run_dir, env=env)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    after, state = snapshot(run_dir / STORE_FILE)
+    assert len(after) == 24 and state["evaluations"] == 24 and all(i.status != "pending" for i in after.values())
+    assert all(after[i] == old for i, old in stopped.items() if old.status != "pending")
+    assert kevo_temp_files(tmp_path / "tmp") == []
