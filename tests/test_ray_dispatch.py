@@ -88,6 +88,30 @@ def test_local_ray_connects_to_loopback_only(tmp_path):
         line for line in inet if not any(a in line for a in LOOPBACK))
 
 
+KEPT_SIGTERM = textwrap.dedent("""
+    import signal
+    from evolve.dispatch.ray import start_ray
+
+    def ours(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, ours)
+    start_ray(num_cpus=1)
+    import ray
+    print(signal.getsignal(signal.SIGTERM) is ours)
+    ray.shutdown()
+""")
+
+
+def test_starting_ray_keeps_the_drivers_sigterm_handler():
+    """ray.init puts in its own SIGTERM handler (sys.exit); kevo's, which ends a run as Ctrl-C does
+    (evolve.cli), stays."""
+    done = subprocess.run([sys.executable, "-c", KEPT_SIGTERM], cwd=ROOT, capture_output=True, text=True,
+                          timeout=WAIT_S)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "True", done.stdout
+
+
 # -- dispatch -----------------------------------------------------------------------
 
 

@@ -12,11 +12,15 @@ and away from any metadata service. Ray is imported only when this is called.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
 import os
+import signal
 import sys
 import tempfile
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +87,8 @@ def start_ray(address: str | None = None, num_cpus: int | None = None, num_gpus:
     if address is not None:
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         try:
-            ray.init(address=address, log_to_driver=False)
+            with _sigterm_kept():
+                ray.init(address=address, log_to_driver=False)
         except ConnectionError as exc:  # e.g. address "auto" with no cluster on this machine
             raise RayUnavailable(f"cannot join the Ray cluster at cluster.address {address!r}: {exc}") from None
         return
@@ -92,13 +97,27 @@ def start_ray(address: str | None = None, num_cpus: int | None = None, num_gpus:
     try:
         # address "local": a new instance, even where RAY_ADDRESS or a cluster started on this
         # machine ('ray start', which leaves its address in Ray's temp folder) would be joined instead
-        ray.init(address="local", num_cpus=num_cpus or os.cpu_count() or 1, num_gpus=num_gpus,
-                 include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
+        with _sigterm_kept():
+            ray.init(address="local", num_cpus=num_cpus or os.cpu_count() or 1, num_gpus=num_gpus,
+                     include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
     finally:
         if home is None:
             del os.environ["HOME"]
         else:
             os.environ["HOME"] = home
+
+
+@contextlib.contextmanager
+def _sigterm_kept() -> Iterator[None]:
+    """Ray's init puts in a SIGTERM handler of its own (``sys.exit(15)``); the driver keeps the one it
+    had (kevo's command line turns SIGTERM into its interrupt: ``evolve.cli``)."""
+    main = threading.current_thread() is threading.main_thread()
+    before = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        yield
+    finally:
+        if before is not None:
+            signal.signal(signal.SIGTERM, before)
 
 
 def actor_errors(ray: Any) -> tuple[type[Exception], ...]:
