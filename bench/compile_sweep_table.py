@@ -6,7 +6,9 @@ of best / torch.compile.
 Eager and the seed and best kernels are timed by kevo's evaluator (its median of
 the timed window). torch.compile's times were taken when the seed was captured
 (``inductor_recording.json`` in each run directory), at the same shapes, on the
-same GPU, twice: by ``triton.testing.do_bench``, and under kevo's own protocol
+same GPU, under torch.compile's default configuration (where the first seed came
+from another, a GEMM's max-autotune Triton templates, the default's times are
+kept beside it: ``default_compiled_ms``), twice: by ``triton.testing.do_bench``, and under kevo's own protocol
 (each run on an idle device with a cold cache, its device span: how kevo's kernels
 are timed). "best vs compile" and the summary compare like with like: kevo's
 protocol where the recording has it (captures before it was added have only
@@ -17,6 +19,13 @@ that GPU (the best verdict's ``floor_ms``: compulsory bytes over the measured
 bandwidth, FLOPs over the measured matmul rate), 1 at the floor; "left ms" is
 what the best leaves on the table (best minus floor). A best that read below
 the floor is flagged ("below floor!"), never a plain SOL.
+
+For GEMMs and convolutions, "precision" is how the best kernel's fp32 dots
+multiply (``ieee``, ``tf32x3``, ``tf32``; "-" for a kernel with none), and
+"seeds by precision" what the judge said of each seed at each precision (the
+template's seed and its precision twins, ``operators.seeds.precision``):
+which precision passed the cutoff. ``bench/kernelbench_gemm_sweep.yaml`` is
+the sweep of level 1's and 2's GEMMs at their own shapes.
 
     kevo sweep bench/kernelbench_compile_sweep.yaml --run-dir runs/kb-compile     # on a GPU machine
     python bench/compile_sweep_table.py runs/kb-compile [--json table.json]
@@ -36,7 +45,18 @@ sys.path.insert(0, str(ROOT))
 from evolve.session import COMPILED_SEED_FILE, RECORDING_FILE  # noqa: E402
 from evolve.sweep import FAILED_FILE, SKIPPED_FILE  # noqa: E402
 from fitness.floor import sol  # noqa: E402
+from operators import find_tunables  # noqa: E402
+from operators.space import Kind  # noqa: E402
 from population_store import RunStore  # noqa: E402
+
+
+def precision(source: str) -> str:
+    """How the kernel's dots whose precision it fixes multiply: ``ieee``, ``tf32``, ... ("-": none)."""
+    try:
+        found = {t.value for t in find_tunables(source) if t.kind is Kind.INPUT_PRECISION}
+    except SyntaxError:
+        return "-"
+    return "+".join(sorted(found)) or "-"
 
 
 def run_row(run_dir: Path) -> dict:
@@ -48,7 +68,10 @@ def run_row(run_dir: Path) -> dict:
     recording = run_dir / RECORDING_FILE
     if recording.is_file():
         rec = json.loads(recording.read_text())
-        row.update(compiled_ms=rec.get("compiled_ms"), compiled_protocol_ms=rec.get("compiled_protocol_ms"),
+        # torch.compile's default configuration where it was captured (a GEMM's seed comes from max-autotune's
+        # Triton templates; the default calls cuBLAS): what a user of torch.compile gets
+        row.update(compiled_ms=rec.get("default_compiled_ms") or rec.get("compiled_ms"),
+                   compiled_protocol_ms=rec.get("default_compiled_protocol_ms") or rec.get("compiled_protocol_ms"),
                    eager_do_bench_ms=rec.get("eager_ms"),
                    static_dims=rec.get("static_dims"), kernels=len(rec.get("kernels") or {}))
     store_path = run_dir / "run.sqlite"
@@ -61,12 +84,17 @@ def run_row(run_dir: Path) -> dict:
         counts = store.status_counts()
     seed = next((i for i in everyone if i.generation == 0 and (seed_source is None or i.source == seed_source)), None)
     row.update(status="finished" if best else "no accepted kernel", evaluations=len(everyone), statuses=counts)
+    by_precision: dict[str, list[str]] = {}  # the seeds' verdicts at each precision
+    for first in (i for i in everyone if i.generation == 0 and i.status != "pending"):
+        by_precision.setdefault(precision(first.source), []).append(first.status)
+    row["seeds_by_precision"] = {k: v for k, v in sorted(by_precision.items()) if k != "-"}
     if seed is not None:
         row["seed_status"] = seed.status
         row["seed_ms"] = seed.runtime_ms
         if seed.status != "accepted" and seed.result:
             row["seed_reason"] = seed.result.get("reason", "")[:200]
     if best:
+        row["precision"] = precision(best[0].source)
         row["best_ms"] = best[0].runtime_ms
         row["eager_ms"] = best[0].result.get("reference_ms")
     # like with like: torch.compile timed as kevo times a kernel, where the capture did
@@ -86,6 +114,18 @@ def run_row(run_dir: Path) -> dict:
             value = compiled if key is None else row.get(key)
             row[f"sol_{name}"] = sol(floor, value) if value else None
     return row
+
+
+def _verdicts(by_precision: dict[str, list[str]] | None) -> str:
+    """``ieee: accepted x2; tf32: wrong``: the seeds' verdicts at each precision."""
+    if not by_precision:
+        return "-"
+    return "; ".join(f"{p}: " + ", ".join(f"{s} x{n}" if n > 1 else s for s, n in _counted(v))
+                     for p, v in by_precision.items())
+
+
+def _counted(values: list[str]) -> list[tuple[str, int]]:
+    return [(v, values.count(v)) for v in dict.fromkeys(values)]
 
 
 def _summary(ratios: list[float]) -> tuple[int, str, str]:
@@ -114,8 +154,8 @@ def main() -> int:
 
     print("| run | seed ms | best ms | eager ms | torch.compile ms (kevo's protocol) | torch.compile ms (do_bench) "
           "| best vs compile | vs do_bench | floor ms | SOL best | SOL seed | SOL eager | SOL compile | left ms "
-          "| seed |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| precision | seeds by precision | seed |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         seed = r.get("seed_status") or r["status"]
         if r.get("seed_reason") or r.get("reason"):
@@ -125,7 +165,8 @@ def main() -> int:
               f"{ms(r.get('compiled_protocol_ms'))} | {ms(r.get('compiled_ms'))} | {ratio(r.get('best_vs_compile'))} | "
               f"{ratio(r.get('best_vs_do_bench'))} | {ms(r.get('floor_ms'))} | {best_sol} | "
               f"{share(r.get('sol_seed'))} | {share(r.get('sol_eager'))} | {share(r.get('sol_compile'))} | "
-              f"{ms(r.get('left_ms'))} | {seed} |")
+              f"{ms(r.get('left_ms'))} | {r.get('precision', '-')} | {_verdicts(r.get('seeds_by_precision'))} | "
+              f"{seed} |")
     ratios = [r["best_vs_compile"] for r in rows if r.get("best_vs_compile")]
     if ratios:
         like = sum(1 for r in rows if r.get("best_vs_compile") and r.get("compiled_protocol_ms"))

@@ -19,6 +19,7 @@
 #   bash bench/gpu_round.sh llm busy-seq busy-side # LLM overlap; a 20-problem sweep one by one, then 3 side by side
 #   bash bench/gpu_round.sh models                 # extract, sweep and apply five level-3 models (MODELS, MODEL_EVALS, MODEL_WALL, MODEL_SIDE)
 #   bash bench/gpu_round.sh extract                # kevo extract over every level-3 model
+#   bash bench/gpu_round.sh gemm                   # levels 1 and 2's GEMMs from compile seeds: the precision table
 #
 # SECTION_S (default 540) bounds each section; ROUND_S (default 580) the whole call. PACK=FILE.tgz
 # packs $OUT into one archive after every section (a device call brings back only a few files;
@@ -319,6 +320,25 @@ sec_models() {  # whole models: extract at own shapes, sweep the regions (MODEL_
             > "$OUT/models_$m.apply.json"
         pack
     done
+}
+
+sec_gemm() {  # the GEMMs of levels 1 and 2 at own shapes from compile seeds (precision twins included); the
+    # table of best against eager and torch.compile, and the precision that passed (runs/kb-gemm: resumable)
+    python3 - "$OUT/gemm_sweep.yaml" <<'EOF'
+import os, sys, pathlib, yaml
+sweep = yaml.safe_load(open("bench/kernelbench_gemm_sweep.yaml"))
+for p in sweep["problems"]:  # the same files, read from $KB
+    level, name = pathlib.Path(p["reference"]).parts[-2:]
+    p["reference"] = str(pathlib.Path(os.environ["KB"], level, name))
+yaml.safe_dump(sweep, open(sys.argv[1], "w"))
+EOF
+    mkdir -p runs
+    if [[ -f runs/kb-gemm/sweep.json ]]; then
+        timeout "$(left)" python3 -m evolve.cli resume runs/kb-gemm > "$OUT/gemm.txt"
+    else
+        timeout "$(left)" python3 -m evolve.cli sweep "$OUT/gemm_sweep.yaml" --run-dir runs/kb-gemm > "$OUT/gemm.txt"
+    fi
+    timeout 120 python3 bench/compile_sweep_table.py runs/kb-gemm --json "$OUT/gemm_table.json" > "$OUT/gemm_table.md"
 }
 
 sec_extract() {  # kevo extract alone over level-3 models at their own shapes (EXTRACT_MODELS: those only)
