@@ -16,7 +16,7 @@
 #   bash bench/gpu_round.sh compile-scaling        # Triton's compiles in 1, 4 and 12 processes at once
 #   bash bench/gpu_round.sh trace-cost             # the device trace's own cost a window, small and real size
 #   bash bench/gpu_round.sh sol30 sol-extra        # kevo's best at own shapes on 33 (and 5 more) level-1 problems (resumable)
-#   bash bench/gpu_round.sh llm busy-seq busy-side # LLM overlap; a 20-problem sweep one by one, then 3 side by side
+#   bash bench/gpu_round.sh llm busy-seq busy-side # LLM overlap; a 20-problem sweep one by one, then side by side (BUSY_SIDE)
 #   bash bench/gpu_round.sh models                 # extract, sweep and apply five level-3 models (MODELS, MODEL_EVALS, MODEL_WALL, MODEL_SIDE)
 #   bash bench/gpu_round.sh extract                # kevo extract over every level-3 model
 #   bash bench/gpu_round.sh gemm                   # levels 1 and 2's GEMMs from compile seeds: the precision table
@@ -299,7 +299,7 @@ sec_busy_seq() {
 
 sec_busy_side() {
     busy_sweep
-    timeout "$(left)" python3 bench/sweep_busy.py --sweep "$OUT/busy_sweep.yaml" --side-by-side 8 4 \
+    timeout "$(left)" python3 bench/sweep_busy.py --sweep "$OUT/busy_sweep.yaml" --side-by-side ${BUSY_SIDE:-12 8} \
         --run-dir "$OUT/busy-side"
 }
 
