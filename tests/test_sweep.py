@@ -370,3 +370,47 @@ def test_runs_side_by_side_in_process_end_in_the_sweep_s_order(tmp_path, monkeyp
     assert started[:2] in ([entries[0].name, entries[1].name], [entries[1].name, entries[0].name])
     assert [o.name for o in outcomes] == [e.name for e in entries]
     assert all(o.status == "failed" and "stand-in run" in o.reason for o in outcomes)
+
+
+@pytest.mark.slow
+def test_sigterm_stops_a_sweep_side_by_side_and_it_resumes(tmp_path):
+    """A scheduler's stop in the middle of a sweep with two runs at once: exit 143, nothing of
+    kevo's left in the temp folder, and the resume ends every run at its budget."""
+    (tmp_path / "tmp").mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp_path / "tmp")}
+    names = ["elementwise", "softmax", "matvec", "gelu"]
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(yaml.safe_dump({"defaults": DEFAULTS, "side_by_side": 2, "problems": [problem(n) for n in names]}))
+    run_dir = tmp_path / "sweep"
+    proc = subprocess.Popen([sys.executable, "-m", "evolve.cli", "sweep", str(sweep), "--run-dir", str(run_dir)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 400
+        while True:  # stop once a run has a result and another is under way
+            stores = [run_dir / f"{i:03d}-{n}" / STORE_FILE for i, n in enumerate(names)]
+            done = []
+            for store in (s for s in stores if s.exists()):
+                with RunStore.open(store, readonly=True) as s:
+                    done.append(sum(i.status != "pending" for i in s.individuals()))
+            if len(done) >= 2 and max(done) >= 1:
+                break
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()[-2000:]
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+    assert proc.returncode == 143, stderr[-3000:]
+    assert f"continue with 'kevo resume {run_dir}'" in stderr and "Traceback" not in stderr, stderr[-3000:]
+    left = [n for n in os.listdir(tmp_path / "tmp") if n.startswith("kevo") and not n.startswith("kevo-ray-home-")]
+    assert left == [], left
+    done = kevo("resume", run_dir, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((run_dir / SUMMARY_FILE).read_text())
+    assert [r["status"] for r in summary["runs"]] == ["finished"] * len(names)
+    for i, name in enumerate(names):
+        with RunStore.open(run_dir / f"{i:03d}-{name}" / STORE_FILE, readonly=True) as s:
+            rows = s.individuals()
+            assert len(rows) == DEFAULTS["search"]["max_evaluations"] and all(r.status != "pending" for r in rows)
