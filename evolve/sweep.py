@@ -40,8 +40,10 @@ import logging
 import os
 import queue
 import threading
+import time
 from contextlib import AbstractContextManager
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -65,6 +67,7 @@ CONFIG_FILE = "config.yaml"
 FAILED_FILE = "failed.json"  # a run that could not go on, with the reason
 SKIPPED_FILE = "skipped.json"  # a run that got no seed from torch.compile, with the reason
 BUDGET_FILE = "budget.json"  # the second pass's shares, fixed once from the first pass's outcomes
+STOP_WAIT_S = 60.0  # how long an interrupted sweep waits for the runs still going to end
 SECOND_PASS = "sweep: evaluations saved at the speed of light"  # the grant a run's store records
 MAY_CHANGE = {"side_by_side": DEFAULT_SIDE_BY_SIDE, "spend_saved": DEFAULT_SPEND_SAVED}  # from one go to the next
 
@@ -177,7 +180,9 @@ def _side_by_side(entries: list[Entry], ended: dict[str, Outcome | None], sweep_
                   observer: SweepObserver, width: int) -> list[Outcome]:
     """Up to ``width`` runs at once, started in the sweep's order, each in a thread of its own;
     their outcomes in the sweep's order. An interruption leaves the runs in flight as a kill
-    would (every result they committed stays; a resume goes on with them)."""
+    would (every result they committed stays; a resume goes on with them): each ends at its next
+    result, or as the pool closes under it, and is waited for (up to ``STOP_WAIT_S``), so that
+    its evaluators close and no run is still computing while the process exits."""
     outcomes = {name: outcome for name, outcome in ended.items() if outcome is not None}
     for outcome in outcomes.values():
         observer.ended(outcome)
@@ -209,6 +214,14 @@ def _side_by_side(entries: list[Entry], ended: dict[str, Outcome | None], sweep_
             observer.ended(outcome)
     except BaseException:
         stopping.set()  # the runs still going fail as the pool closes: that is no failure of theirs
+        pool.close()
+        deadline = time.monotonic() + STOP_WAIT_S
+        while running and (left := deadline - time.monotonic()) > 0:
+            try:
+                done.get(timeout=left)
+            except queue.Empty:
+                break
+            running -= 1
         raise
     return [outcomes[entry.name] for entry in entries]
 
@@ -219,6 +232,8 @@ def _run(entry: Entry, run_dir: Path, pool: SharedPool, observer: SweepObserver,
     the sweep is ``stopping``: then its failure is raised, not recorded)."""
     try:
         with observer.run(entry.name) as progress:
+            if stopping is not None:
+                progress = _UntilStopped(progress, stopping)
             try:
                 if (run_dir / STORE_FILE).exists():
                     log.info("sweep: resuming %s", entry.name)
@@ -248,6 +263,21 @@ def _run(entry: Entry, run_dir: Path, pool: SharedPool, observer: SweepObserver,
 
 class _Stopped(BaseException):
     """The sweep stopped while this run went on: not an outcome (a resume goes on with the run)."""
+
+
+class _UntilStopped:
+    """A run's progress that ends the run at its next result once the sweep is stopping."""
+
+    def __init__(self, progress: Any, stopping: threading.Event) -> None:
+        self._progress, self._stopping = progress, stopping
+
+    def result(self, candidate: Any, store: Any) -> None:
+        self._progress.result(candidate, store)
+        if self._stopping.is_set():
+            raise _Stopped()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._progress, name)
 
 
 def _ended(run_dir: Path, file: str, outcome: Outcome) -> Outcome:
