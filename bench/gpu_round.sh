@@ -10,7 +10,7 @@
 #   bash bench/gpu_round.sh seeds sol-sweep        # kevo seed + verify at own shapes (SEED_PROBLEMS: those only); a sweep that stops at SOL
 #   bash bench/gpu_round.sh fixtures               # Inductor's GPU output under each configuration; seed --all
 #   bash bench/gpu_round.sh stream real-size       # a 48-variant cold stream; 23_Softmax at its own shapes (RS_SLOTS, RS_COMPILE_S)
-#   bash bench/gpu_round.sh stream-budget          # the cold stream with each compile cut at 8 s
+#   bash bench/gpu_round.sh stream-budget          # the cold stream with each compile cut at 8 s (STREAM_COMPILE_S)
 #   bash bench/gpu_round.sh breakdown              # where an evaluation's time goes, at real size (REAL_ONLY=1: only) and cold
 #   bash bench/gpu_round.sh spy-stream spy-real    # the same, sampled by py-spy: where every process's threads wait
 #   bash bench/gpu_round.sh compile-scaling        # Triton's compiles in 1, 4 and 12 processes at once
@@ -176,10 +176,14 @@ sec_stream() {  # 48 distinct softmax variants, Triton's cache emptied first, 1 
         --shape batch_size=4096 --shape dim=8192 --candidates 48 --plans 1x12 1x4 --fresh 0 --out "$OUT/stream.json"
 }
 
-sec_stream_budget() {  # the same cold stream, a kernel's compile cut at 8 s (fitness.compile_timeout_s)
-    TRITON_CACHE_DIR=$(mktemp -d) timeout "$(left)" python3 bench/throughput_bench.py --config configs/softmax.yaml \
-        --shape batch_size=4096 --shape dim=8192 --candidates 48 --plans 1x12 --fresh 0 --compile-timeout 8 \
-        --out "$OUT/stream_budget.json"
+sec_stream_budget() {  # the same cold stream, a kernel's compile cut at 8 s (fitness.compile_timeout_s), or at
+    # each budget of STREAM_COMPILE_S in turn, each with Triton's cache emptied
+    local b
+    for b in ${STREAM_COMPILE_S:-8}; do
+        TRITON_CACHE_DIR=$(mktemp -d) timeout "$(left)" python3 bench/throughput_bench.py --config configs/softmax.yaml \
+            --shape batch_size=4096 --shape dim=8192 --candidates 48 --plans 1x12 --fresh 0 --compile-timeout "$b" \
+            --out "$OUT/stream_budget_$b.json"
+    done
 }
 
 sec_real_size() {  # 23_Softmax at its own shapes (4096 x 393216 fp32; 24_LogSoftmax of the issue is held back), profiler on: evaluations/s of kevo run
