@@ -256,13 +256,16 @@ class _CallRewriter(ast.NodeTransformer):
 
     def _launch(self, kernel: _Kernel, call: ast.Call) -> list[ast.stmt]:
         runtime = kernel.runtime_params()
+        recorded: list[ast.expr] = []
         if kernel.grid_args:  # a template: its grid (recomputed below, from its blocks) follows its arguments
+            recorded = call.args[len(call.args) - len(kernel.grid_args):]
             call.args = call.args[:len(call.args) - len(kernel.grid_args)]
         if len(call.args) != len(runtime):
             raise ConversionError(f"{kernel.name}.run passes {len(call.args)} arguments; the kernel takes "
                                   f"{len(runtime)} at run time ({', '.join(runtime)})")
-        self._check_calls(ast.Module([ast.Expr(a) for a in call.args], []))
+        self._check_calls(ast.Module([ast.Expr(a) for a in call.args + recorded], []))
         call.args = [self.visit(a) for a in call.args]
+        recorded_grid = [ast.unparse(self.visit(a)) for a in recorded]
         bound = dict(zip(runtime, (ast.unparse(a) for a in call.args)))
         self.launched.append(kernel.name)
         nth = self.launched.count(kernel.name)
@@ -283,7 +286,10 @@ class _CallRewriter(ast.NodeTransformer):
         keywords.append(f"num_warps={kernel.chosen['num_warps']}")
         keywords.append(f"num_stages={kernel.chosen['num_stages']}")
         if kernel.template is not None:
-            grid = kernel.template.grid(bound, blocks)
+            try:
+                grid = kernel.template.grid(bound, blocks, recorded_grid)
+            except TemplateError as exc:
+                raise ConversionError(f"{kernel.name}: {exc}") from exc
         else:
             grid = _grid(kernel, bound, blocks)
         args = ", ".join(ast.unparse(a) for a in call.args)

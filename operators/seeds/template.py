@@ -11,6 +11,11 @@ itself computes from its arguments:
 - the matmul (``mm``, ``addmm``, a matmul with its epilogue fused): one
   program per ``BLOCK_M x BLOCK_N`` tile, ``cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N)``
   programs (its ``grid_m``/``grid_n`` lines say so);
+- the batched matmul (``bmm``): the same tiles over ``tl.program_id(0)``, the
+  batch over ``tl.program_id(1)`` (and, where Inductor splits a batch past the
+  grid's y limit, ``tl.program_id(2)``); the tile count is computed from the
+  blocks, the batch's grid extents are those call() passed
+  (``bmm_grid``, over the batch's size);
 - the 2-D and 3-D convolutions (``convolution2d``, ``convolution3d``): Inductor's
   ``conv2d_grid``/``conv3d_grid``, ``(cdiv(BATCH*[OUT_D*]OUT_H*OUT_W, BLOCK_M),
   cdiv(OUT_C, BLOCK_N), GROUPS)``, each size as the body assigns it.
@@ -22,9 +27,8 @@ the kernel's extent and the strides derived from them are constants in the
 body and in the layout copies around it; the batch and spatial sizes stay
 arguments. ``Template.fixed`` says so, and the seed's header repeats it.
 
-Any other template (a batched matmul over ``tl.program_id(1)``, Inductor's
-depthwise 1-D convolution, a persistent TMA matmul) raises ``ConversionError``
-naming what was seen.
+Any other template (Inductor's depthwise 1-D convolution, a persistent TMA
+matmul) raises ``ConversionError`` naming what was seen.
 
 What has been seen: the matmul as Inductor writes it on an H200
 (``tests/fixtures/inductor/``), and the matmul and the 2-D, 3-D and depthwise
@@ -62,20 +66,26 @@ class TemplateError(ValueError):
 class Template:
     """One recognised template: its kind, its baked blocks and launch options, and its grid's sizes."""
 
-    kind: str  # "matmul", "convolution2d" or "convolution3d"
+    kind: str  # "matmul", "bmm", "convolution2d" or "convolution3d"
     blocks: dict[str, int]  # BLOCK_M, BLOCK_N, BLOCK_K as Inductor's benchmark picked them
     chosen: dict[str, Any]  # {"kwargs": blocks, "num_warps": ..., "num_stages": ...}
     sizes: dict[str, ast.expr]  # the body's size assignments the grid needs, over the kernel's parameters
     groups: int = 1
     fixed: str = ""  # what the template fixes at the sizes it was compiled for ("" if nothing)
 
-    def grid(self, bound: dict[str, str], blocks: dict[str, str]) -> str:
-        """The launch grid, with the kernel's parameters bound to call()'s expressions and the blocks to locals."""
+    def grid(self, bound: dict[str, str], blocks: dict[str, str], recorded: list[str] | None = None) -> str:
+        """The launch grid, with the kernel's parameters bound to call()'s expressions and the blocks to
+        locals; ``recorded``: the grid call() passed (a batched matmul keeps its batch extents)."""
         def size(name: str) -> str:
             return _substitute(self.sizes[name], bound)
 
-        if self.kind == "matmul":
-            return f"(triton.cdiv({size('M')}, {blocks['BLOCK_M']}) * triton.cdiv({size('N')}, {blocks['BLOCK_N']}),)"
+        if self.kind in ("matmul", "bmm"):
+            tiles = f"triton.cdiv({size('M')}, {blocks['BLOCK_M']}) * triton.cdiv({size('N')}, {blocks['BLOCK_N']})"
+            if self.kind == "matmul":
+                return f"({tiles},)"
+            if not recorded or len(recorded) != 3:
+                raise TemplateError("a batched matmul template launched without its 3-D grid")
+            return f"({tiles}, {recorded[1]}, {recorded[2]})"
         programs = " * ".join(f"({size(n)})" for n in _CONV_PROGRAMS["ndhw" if self.kind == "convolution3d" else "nhw"])
         return (f"(triton.cdiv({programs}, {blocks['BLOCK_M']}), triton.cdiv({size('OUT_C')}, {blocks['BLOCK_N']}), "
                 f"{self.groups})")
@@ -100,10 +110,11 @@ def read_template(name: str, function: ast.FunctionDef, meta: dict[str, Any]) ->
     text = ast.unparse(function)
     uses = _program_ids(function)
     kind = _kind(name, text, assigned, uses)
-    needed = ({"BLOCK_M", "BLOCK_N"} if kind == "matmul" else {"BLOCK_M", "BLOCK_N", "BLOCK_K"})
+    gemm = kind in ("matmul", "bmm")
+    needed = ({"BLOCK_M", "BLOCK_N"} if gemm else {"BLOCK_M", "BLOCK_N", "BLOCK_K"})
     if not needed <= set(blocks):
         raise TemplateError(f"{name}: a {kind} template without {', '.join(sorted(needed - set(blocks)))} in its body")
-    if kind == "matmul":
+    if gemm:
         sizes = {axis: assigned[axis] for axis in ("M", "N")}
     else:
         sizes = {n: assigned[n] for n in (*_CONV_PROGRAMS["ndhw" if kind == "convolution3d" else "nhw"], "OUT_C")}
@@ -114,7 +125,7 @@ def read_template(name: str, function: ast.FunctionDef, meta: dict[str, Any]) ->
         if unknown:
             raise TemplateError(f"{name}: its {size_name} is computed from {sorted(unknown)}, not its arguments")
     groups = constants.get("GROUPS", 1)
-    if kind != "matmul" and (type(groups) is not int or groups < 1):
+    if not gemm and (type(groups) is not int or groups < 1):
         raise TemplateError(f"{name}: a convolution template whose GROUPS is not a number")
     function.body = kept
     for block in blocks:
@@ -124,17 +135,21 @@ def read_template(name: str, function: ast.FunctionDef, meta: dict[str, Any]) ->
     chosen = {"kwargs": blocks, "num_warps": int(options.get("num_warps", 4)),
               "num_stages": int(options.get("num_stages", 1))}
     fixed = ""
-    if kind != "matmul":
+    if not gemm:
         fixed = ("Inductor's convolution template fixes the weight's sizes (channels in and out, the kernel's "
                  "extent) as constants: the seed holds at those sizes only; batch and spatial sizes stay free")
-    return Template(kind, blocks, chosen, sizes, groups if kind != "matmul" else 1, fixed)
+    return Template(kind, blocks, chosen, sizes, 1 if gemm else groups, fixed)
 
 
 def _kind(name: str, text: str, assigned: dict[str, ast.expr], uses: set[int]) -> str:
     if "grid_m = (M + BLOCK_M - 1) // BLOCK_M" in text and "grid_n = (N + BLOCK_N - 1) // BLOCK_N" in text:
-        if uses != {0} or not {"M", "N"} <= set(assigned):
-            raise TemplateError(f"{name}: a Triton template other than Inductor's matmul")
-        return "matmul"
+        if {"M", "N"} <= set(assigned) and uses == {0}:
+            return "matmul"
+        batch = assigned.get("idx_q")  # Inductor's bmm: the batch's index over the grid's y (and z) axes
+        if ({"M", "N"} <= set(assigned) and batch is not None and 1 in uses and uses <= {0, 1, 2}
+                and "tl.program_id(1)" in ast.unparse(batch)):
+            return "bmm"
+        raise TemplateError(f"{name}: a Triton template other than Inductor's matmul and batched matmul")
     for programs, dims in _CONV_PROGRAMS.items():
         start = re.search(rf"^\s*{programs} = tl\.program_id\(0\)(\.to\(INDEX_DTYPE\))? \* BLOCK_M \+ "
                           r"tl\.arange\(0, BLOCK_M\)$", text, re.MULTILINE)
@@ -224,4 +239,5 @@ def template_and_call(source: str, error: type[ValueError], what: str
 def is_matmul_template(function: ast.FunctionDef) -> bool:
     """Whether ``function`` is Inductor's matmul template (its tile grid, as ``operators.seeds.template`` reads it)."""
     lines = {ast.unparse(s) for s in function.body if isinstance(s, ast.Assign)}
-    return {"grid_m = (M + BLOCK_M - 1) // BLOCK_M", "grid_n = (N + BLOCK_N - 1) // BLOCK_N"} <= lines
+    return ({"grid_m = (M + BLOCK_M - 1) // BLOCK_M", "grid_n = (N + BLOCK_N - 1) // BLOCK_N"} <= lines
+            and "idx_q" not in _assignments(function))  # not the batched one: its grid has a batch axis
