@@ -285,6 +285,66 @@ def test_a_max_autotune_matmul_template_becomes_a_seed_with_tunable_tiles(evalua
     assert result.status.value == "accepted", result.reason
 
 
+BMM_PROBLEM = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super(Model, self).__init__()
+
+    def forward(self, A, B):
+        return torch.bmm(A, B)
+
+
+batch_size, m, k, n = 3, 20, 33, 24
+
+
+def get_inputs():
+    return [torch.rand(batch_size, m, k), torch.rand(batch_size, k, n)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_batched_matmul_template_becomes_a_seed_with_the_batch_on_the_grids_y_axis():
+    """Inductor's batched template (recorded on an H200 for KernelBench's 3_Batched_matrix_multiplication,
+    torch 2.11): the tiles over program 0 computed from the blocks, the batch's extent as call() passed it."""
+    from operators.seeds.persistent import persistent_seed
+    from operators.seeds.precision import precision_seed
+    from operators.seeds.split_k import split_k_seed
+
+    template = recording("3_Batched_matrix_multiplication", "max-autotune-triton")
+    source = seed_source(template, BMM_PROBLEM)
+    tiles = [f"_inductor_call.triton_tem_fused_bmm_0_BLOCK_{axis}" for axis in "MNK"]
+    assert set(tiles) <= {t.name for t in find_tunables(source)}
+    launch = next(line.strip() for line in source.splitlines() if line.strip().startswith("triton_tem_fused_bmm_0["))
+    # the grid: M-tiles x N-tiles, then the batch (s55: A's first size in call()), then 1
+    assert launch.startswith("triton_tem_fused_bmm_0[triton.cdiv(s84, triton_tem_fused_bmm_0_BLOCK_M) * "
+                             "triton.cdiv(s3, triton_tem_fused_bmm_0_BLOCK_N), s55, 1]"), launch
+    assert "s55 = arg3_1_size[0]" in source
+    # the rewrites for the 1-D matmul grid leave it alone; the precision twins apply (its dot reads fp32)
+    assert split_k_seed(source) is None and persistent_seed(source) is None
+    twin = precision_seed(source, "tf32x3")
+    assert twin is not None and "tf32x3" in twin
+    with pytest.raises(ConversionError, match="passes 4 arguments"):  # a launch that lost its grid
+        code = template["codes"][0].replace(", s55, 1, stream=stream0)", ", stream=stream0)")
+        meta = {**template, "codes": [code]}
+        seed_source(meta, BMM_PROBLEM)
+
+
+def test_a_seed_from_inductors_batched_template_is_accepted_for_kernelbench(evaluators):
+    source = seed_source(recording("3_Batched_matrix_multiplication", "max-autotune-triton"), BMM_PROBLEM)
+    tiles = [f"_inductor_call.triton_tem_fused_bmm_0_BLOCK_{axis}" for axis in "MNK"]
+    small = apply_params(source, {t: 16 for t in tiles})
+    shapes = {"batch_size": 3, "m": 20, "k": 33, "n": 24}
+    result = evaluators.get("kernelbench/level1/3_Batched_matrix_multiplication", shapes=shapes).evaluate(small)
+    assert result.status.value == "accepted", result.reason
+    assert result.checks >= 5  # held-out shapes (the batch among them), probes and timed runs
+
+
 def test_a_kernel_launched_twice_gets_tunables_of_its_own_for_each_launch():
     entry = recording("softmax/reference")
     code = entry["codes"][0]

@@ -30,8 +30,8 @@ arguments. ``Template.fixed`` says so, and the seed's header repeats it.
 Any other template (Inductor's depthwise 1-D convolution, a persistent TMA
 matmul) raises ``ConversionError`` naming what was seen.
 
-What has been seen: the matmul as Inductor writes it on an H200
-(``tests/fixtures/inductor/``), and the matmul and the 2-D, 3-D and depthwise
+What has been seen: the matmul and the batched matmul as Inductor writes them
+on an H200 (``tests/fixtures/inductor/``, torch 2.11), and the matmul and the 2-D, 3-D and depthwise
 2-D convolution templates as Inductor writes them for the CPU under Triton's
 interpreter (``tests/fixtures/seed_variants/``, torch 2.13). A GPU's
 convolution capture has not been converted yet; it may differ in what
@@ -109,7 +109,7 @@ def read_template(name: str, function: ast.FunctionDef, meta: dict[str, Any]) ->
     assigned = _assignments(function)
     text = ast.unparse(function)
     uses = _program_ids(function)
-    kind = _kind(name, text, assigned, uses)
+    kind = _kind(name, function, text, assigned, uses)
     gemm = kind in ("matmul", "bmm")
     needed = ({"BLOCK_M", "BLOCK_N"} if gemm else {"BLOCK_M", "BLOCK_N", "BLOCK_K"})
     if not needed <= set(blocks):
@@ -141,13 +141,11 @@ def read_template(name: str, function: ast.FunctionDef, meta: dict[str, Any]) ->
     return Template(kind, blocks, chosen, sizes, 1 if gemm else groups, fixed)
 
 
-def _kind(name: str, text: str, assigned: dict[str, ast.expr], uses: set[int]) -> str:
+def _kind(name: str, function: ast.FunctionDef, text: str, assigned: dict[str, ast.expr], uses: set[int]) -> str:
     if "grid_m = (M + BLOCK_M - 1) // BLOCK_M" in text and "grid_n = (N + BLOCK_N - 1) // BLOCK_N" in text:
         if {"M", "N"} <= set(assigned) and uses == {0}:
             return "matmul"
-        batch = assigned.get("idx_q")  # Inductor's bmm: the batch's index over the grid's y (and z) axes
-        if ({"M", "N"} <= set(assigned) and batch is not None and 1 in uses and uses <= {0, 1, 2}
-                and "tl.program_id(1)" in ast.unparse(batch)):
+        if {"M", "N"} <= set(assigned) and _batch_axis(function) and 1 in uses and uses <= {0, 1, 2}:
             return "bmm"
         raise TemplateError(f"{name}: a Triton template other than Inductor's matmul and batched matmul")
     for programs, dims in _CONV_PROGRAMS.items():
@@ -240,4 +238,12 @@ def is_matmul_template(function: ast.FunctionDef) -> bool:
     """Whether ``function`` is Inductor's matmul template (its tile grid, as ``operators.seeds.template`` reads it)."""
     lines = {ast.unparse(s) for s in function.body if isinstance(s, ast.Assign)}
     return ({"grid_m = (M + BLOCK_M - 1) // BLOCK_M", "grid_n = (N + BLOCK_N - 1) // BLOCK_N"} <= lines
-            and "idx_q" not in _assignments(function))  # not the batched one: its grid has a batch axis
+            and not _batch_axis(function))  # not the batched one: its grid has a batch axis
+
+
+def _batch_axis(function: ast.FunctionDef) -> bool:
+    """Whether ``function`` is Inductor's batched matmul: its body takes the batch's index ``idx_q``
+    from the grid's y axis (``tl.program_id(1)``, torch 2.11 assigns it twice; later versions add
+    ``tl.program_id(2)`` for a batch past the grid's y limit)."""
+    return any(isinstance(s, ast.Assign) and [ast.unparse(t) for t in s.targets] == ["idx_q"]
+               and "tl.program_id(1)" in ast.unparse(s.value) for s in function.body)
