@@ -20,6 +20,7 @@
 #   bash bench/gpu_round.sh models                 # extract, sweep and apply five level-3 models (MODELS, MODEL_EVALS, MODEL_WALL, MODEL_SIDE)
 #   bash bench/gpu_round.sh extract                # kevo extract over every level-3 model
 #   bash bench/gpu_round.sh gemm                   # levels 1 and 2's GEMMs from compile seeds: the precision table
+#   bash bench/gpu_round.sh level1-seeds           # seeds: compile over all of level 1 at own shapes (runs/kb-level1, resumable)
 #
 # SECTION_S (default 540) bounds each section; ROUND_S (default 580) the whole call. PACK=FILE.tgz
 # packs $OUT into one archive after every section (a device call brings back only a few files;
@@ -343,6 +344,28 @@ EOF
         timeout "$(left)" python3 -m evolve.cli sweep "$OUT/gemm_sweep.yaml" --run-dir runs/kb-gemm > "$OUT/gemm.txt"
     fi
     timeout 120 python3 bench/compile_sweep_table.py runs/kb-gemm --json "$OUT/gemm_table.json" > "$OUT/gemm_table.md"
+}
+
+sec_level1_seeds() {  # seeds: compile over the whole of level 1 at its own shapes: which problems get an accepted
+    # seed, and why the others get none (runs/kb-level1: resumable; L1_SIDE runs side by side, default 8)
+    cat > "$OUT/level1_seeds.yaml" <<EOF
+defaults:
+  search: {population_size: 4, max_evaluations: 4, seed: 0, max_wall_time_s: 90}
+  operators: {weights: {parametric_mutation: 0.7, parametric_crossover: 0.3}}
+  platform: cuda
+side_by_side: ${L1_SIDE:-8}
+problems:
+  - {folder: $L1, seeds: compile}
+EOF
+    mkdir -p runs
+    if [[ -f runs/kb-level1/sweep.json ]]; then
+        timeout "$(left)" python3 -m evolve.cli resume runs/kb-level1 > "$OUT/level1_seeds.txt"
+    else
+        timeout "$(left)" python3 -m evolve.cli sweep "$OUT/level1_seeds.yaml" --run-dir runs/kb-level1 \
+            > "$OUT/level1_seeds.txt"
+    fi
+    timeout 120 python3 bench/compile_sweep_table.py runs/kb-level1 --json "$OUT/level1_seeds_table.json" \
+        > "$OUT/level1_seeds_table.md"
 }
 
 sec_extract() {  # kevo extract alone over level-3 models at their own shapes (EXTRACT_MODELS: those only)
