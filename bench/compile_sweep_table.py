@@ -45,15 +45,14 @@ sys.path.insert(0, str(ROOT))
 from evolve.session import COMPILED_SEED_FILE, RECORDING_FILE  # noqa: E402
 from evolve.sweep import FAILED_FILE, SKIPPED_FILE  # noqa: E402
 from fitness.floor import sol  # noqa: E402
-from operators import find_tunables  # noqa: E402
-from operators.space import Kind  # noqa: E402
+from operators.seeds.precision import dot_precisions  # noqa: E402
 from population_store import RunStore  # noqa: E402
 
 
 def precision(source: str) -> str:
     """How the kernel's dots whose precision it fixes multiply: ``ieee``, ``tf32``, ... ("-": none)."""
     try:
-        found = {t.value for t in find_tunables(source) if t.kind is Kind.INPUT_PRECISION}
+        found = set(dot_precisions(source).values())
     except SyntaxError:
         return "-"
     return "+".join(sorted(found)) or "-"

@@ -54,15 +54,21 @@ def reads_fp32(codes: list[str], kernels: list[str]) -> bool:
     return False
 
 
+def dot_precisions(source: str) -> dict[str, str]:
+    """The precision of each dot whose precision ``source`` fixes, by its tunable's name (``ieee``,
+    ``tf32``, ``tf32x3``; ``allow_tf32=False`` reads ``ieee``)."""
+    return {t.name: t.value for t in find_tunables(source) if t.kind is Kind.INPUT_PRECISION}
+
+
 def precision_seed(source: str, precision: str) -> str | None:
     """``source`` with every dot whose precision it fixes at ``precision``, named as kevo's variant in
     its header; None when it fixes none, or all of them are at ``precision`` already."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r} is not among {PRECISIONS}")
-    dots = [t for t in find_tunables(source) if t.kind is Kind.INPUT_PRECISION]
-    if not dots or all(t.value == precision for t in dots):
+    dots = dot_precisions(source)
+    if not dots or all(value == precision for value in dots.values()):
         return None
-    made = apply_params(source, {t.name: precision for t in dots})
+    made = apply_params(source, {name: precision for name in dots})
     try:
         return with_variant_line(made, precision, _WHAT[precision])
     except ValueError:  # a seed without the conversion's header: the program alone
