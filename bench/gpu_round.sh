@@ -43,6 +43,13 @@ if ls build/np/numpy-*.whl > /dev/null 2>&1; then
     export PYTHONPATH=/tmp/kevo-np:$PYTHONPATH
 fi
 L1=$KB/level1 L3=$KB/level3
+# Ray, DEAP and litellm come from the bundle (.devbundle/activate.sh): a PYTHONPATH set after the activation
+# hides them, and every section would fail one by one; say so once, at the start
+if ! python3 -c "import ray, deap, litellm" 2> "$OUT/imports.txt"; then
+    echo "gpu_round: Ray, DEAP or litellm cannot be imported (source .devbundle/activate.sh, and keep its" \
+         "PYTHONPATH): $(tail -1 "$OUT/imports.txt")" | tee -a "$OUT/round.log" >&2
+    exit 2
+fi
 start=$(date +%s)
 { nvidia-smi -L; python3 -c "import torch, triton; print(torch.__version__, triton.__version__)"; git rev-parse HEAD 2>/dev/null || cat COMMIT 2>/dev/null; } > "$OUT/env.txt" 2>&1
 
