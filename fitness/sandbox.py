@@ -93,9 +93,14 @@ def _owner_alive(pid: int) -> bool:
 
 @functools.cache
 def _remove_leftovers() -> None:
-    """Once per process: remove the directories of workers whose owner is gone (a run
-    killed with SIGKILL leaves them; a worker whose owner dies removes what it can,
-    but its confinement keeps it from removing its own scratch directory)."""
+    """Once per process: ``remove_orphaned_folders``."""
+    remove_orphaned_folders()
+
+
+def remove_orphaned_folders() -> None:
+    """Remove kevo's temporary folders whose owner is gone (a run killed with SIGKILL leaves
+    them; a worker whose owner dies removes what it can, but its confinement keeps it from
+    removing its own scratch directory; a driver calls this once it has killed its actors)."""
     roots = {tempfile.gettempdir(), "/dev/shm"}
     for root in roots:
         try:

@@ -9,6 +9,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -370,6 +371,65 @@ def test_runs_side_by_side_in_process_end_in_the_sweep_s_order(tmp_path, monkeyp
     assert started[:2] in ([entries[0].name, entries[1].name], [entries[1].name, entries[0].name])
     assert [o.name for o in outcomes] == [e.name for e in entries]
     assert all(o.status == "failed" and "stand-in run" in o.reason for o in outcomes)
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_whole_process_group_stops_a_sweep_on_ray_actors_at_once(tmp_path):
+    """``timeout`` and shells stop a command by signalling its process group. Ray's local processes
+    (its GCS, raylet and actors) are out of the driver's group, so the driver alone gets the SIGTERM
+    and closes its actors itself: exit 143 within seconds (not Ray's 60 s give-up once its GCS was
+    stopped too), nothing of kevo's left in the temp folder, and the resume meets every budget."""
+    # short: Ray's socket paths, under the temp folder, must fit in a Unix socket's 107 bytes
+    temp = Path(tempfile.mkdtemp(prefix="ks", dir="/tmp"))
+    try:
+        _sigterm_to_the_group(tmp_path, temp)
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def _sigterm_to_the_group(tmp_path: Path, temp: Path) -> None:
+    env = {**os.environ, "TMPDIR": str(temp)}
+    names = ["elementwise", "softmax"]
+    defaults = {**DEFAULTS, "cluster": {"actors": 1}}
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(yaml.safe_dump({"defaults": defaults, "side_by_side": 2,
+                                     "problems": [problem(n) for n in names]}))
+    run_dir = tmp_path / "sweep"
+    proc = subprocess.Popen([sys.executable, "-m", "evolve.cli", "sweep", str(sweep), "--run-dir", str(run_dir)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)  # its own group, as timeout makes one
+    try:
+        deadline = time.monotonic() + 400
+        while True:  # stop once a run has a result
+            done = 0
+            for i, n in enumerate(names):
+                store = run_dir / f"{i:03d}-{n}" / STORE_FILE
+                if store.exists():
+                    with RunStore.open(store, readonly=True) as s:
+                        done += sum(i.status != "pending" for i in s.individuals())
+            if done >= 1:
+                break
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()[-2000:]
+            time.sleep(0.1)
+        stopped = time.monotonic()
+        os.killpg(proc.pid, signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=120)
+        took = time.monotonic() - stopped
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+    assert proc.returncode == 143, stderr[-3000:]
+    assert took < 40, f"{took:.1f} s to stop"
+    assert f"continue with 'kevo resume {run_dir}'" in stderr and "Traceback" not in stderr, stderr[-3000:]
+    left = [n for n in os.listdir(temp) if n.startswith("kevo") and not n.startswith("kevo-ray-home-")]
+    assert left == [], left
+    done = kevo("resume", run_dir, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for i, name in enumerate(names):
+        with RunStore.open(run_dir / f"{i:03d}-{name}" / STORE_FILE, readonly=True) as s:
+            rows = s.individuals()
+            assert len(rows) == DEFAULTS["search"]["max_evaluations"] and all(r.status != "pending" for r in rows)
 
 
 @pytest.mark.slow

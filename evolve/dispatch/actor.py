@@ -179,9 +179,10 @@ class EvaluatorActor:
         """How busy this device's timing lane has been since the actor started."""
         return self.lane.stats()
 
-    def close(self, wait_s: float = 10.0) -> None:
-        """Stop the evaluators' workers. A profile in flight has its tool stopped, and is waited for
-        (up to ``wait_s``) while its temporary folder goes: the driver kills the actor next."""
+    def close(self, wait_s: float = 10.0) -> int:
+        """Stop the evaluators' workers; this process's id. A profile in flight has its tool stopped,
+        and is waited for (up to ``wait_s``) while its temporary folder goes: the driver kills the
+        actor next (and removes what a worker being started meanwhile left: ``Fleet.kill_all``)."""
         from platforms.profiling.runner import stop_tools
 
         deadline = time.monotonic() + wait_s
@@ -198,6 +199,7 @@ class EvaluatorActor:
             evaluator.close()
         for worker in spare:
             worker.stop()
+        return os.getpid()
 
     def _take(self, spec: EvaluatorSpec) -> Evaluator:
         with self._lock:

@@ -13,6 +13,7 @@ and away from any metadata service. Ray is imported only when this is called.
 from __future__ import annotations
 
 import contextlib
+import functools
 import ipaddress
 import logging
 import os
@@ -97,7 +98,7 @@ def start_ray(address: str | None = None, num_cpus: int | None = None, num_gpus:
     try:
         # address "local": a new instance, even where RAY_ADDRESS or a cluster started on this
         # machine ('ray start', which leaves its address in Ray's temp folder) would be joined instead
-        with _sigterm_kept():
+        with _sigterm_kept(), _sessions_of_their_own():
             ray.init(address="local", num_cpus=num_cpus or os.cpu_count() or 1, num_gpus=num_gpus,
                      include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
     finally:
@@ -105,6 +106,31 @@ def start_ray(address: str | None = None, num_cpus: int | None = None, num_gpus:
             del os.environ["HOME"]
         else:
             os.environ["HOME"] = home
+
+
+@contextlib.contextmanager
+def _sessions_of_their_own() -> Iterator[None]:
+    """The local instance's processes (its GCS, raylet, and through the raylet the actors) start in
+    sessions of their own, out of the driver's process group: ``timeout`` and shells stop a command
+    by signalling its whole group, and a GCS stopped that way leaves the driver unable to close its
+    actors (Ray's core worker gives up after 60 s and aborts the process; the actors' workers and
+    their folders are left behind). Out of the group, only the driver gets the SIGTERM, ends as on
+    Ctrl-C, and closes the actors itself. They still die with the driver (Ray binds them to it
+    with the parent-death signal), and Ctrl-C never reached them (Ray blocks SIGINT in them)."""
+    try:
+        from ray._private import services
+    except ImportError:  # another layout of Ray's internals: its processes stay in the driver's group
+        yield
+        return
+    popen = getattr(services, "ConsolePopen", None)
+    if popen is None:
+        yield
+        return
+    services.ConsolePopen = functools.partial(popen, start_new_session=True)
+    try:
+        yield
+    finally:
+        services.ConsolePopen = popen
 
 
 @contextlib.contextmanager

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import time
 from typing import Any
 
@@ -156,6 +157,33 @@ class Fleet:
         pin = NodeAffinitySchedulingStrategy(node, soft=False)  # never moved: it dies with its node
         return self._actor_class.options(**self._options, scheduling_strategy=pin).remote(*self._args, **self._kwargs)
 
-    def kill_all(self) -> None:
+    def kill_all(self, closed: dict[Any, int] | None = None) -> None:
+        """Kill every actor. ``closed``: the process ids the actors that closed gave; for those on
+        this node, once they are gone (up to 5 s), kevo's folders they still owned go (a worker
+        being started as the actor closed is not among the ones it stopped)."""
+        here = None
+        try:
+            here = self._ray.get_runtime_context().get_node_id()
+        except Exception:  # Ray gone already: nothing to compare the nodes with
+            pass
+        local = [pid for actor, pid in (closed or {}).items() if here is not None and self.node_of.get(actor) == here]
         for actor in self.actors:
             self.drop(actor)
+        if not local:
+            return
+        from fitness.sandbox import remove_orphaned_folders
+
+        deadline = time.monotonic() + 5.0
+        while any(_alive(pid) for pid in local) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        remove_orphaned_folders()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -239,12 +239,13 @@ class RayDispatcher(Dispatcher):
         self._queue.clear()
         self._running.clear()
         self._idle.clear()
+        closed = {}
         for actor in actors:
             try:
-                self._ray.get(actor.close.remote(), timeout=30)
+                closed[actor] = self._ray.get(actor.close.remote(), timeout=30)
             except Exception:  # a dead or stuck actor: killing it below is all that is left to do
                 pass
-        self._fleet.kill_all()
+        self._fleet.kill_all({a: pid for a, pid in closed.items() if isinstance(pid, int)})
         self.usage.resize(0)
 
     # -- the actors ------------------------------------------------------------
