@@ -40,7 +40,7 @@ from typing import Any
 from fitness.problem import ProblemError, load_problem
 from fitness.profile_shape import (MIN_BLOCKS_PER_UNIT, PROFILE_MAX_BYTES, ProfileShape, grown, meta_forward,
                                    profile_shape)
-from fitness.sandbox import worker_environment
+from fitness.sandbox import process_alive, worker_environment
 from platforms import get_platform
 from platforms.profiling import Profiler, ProfileRecord, Workload
 from platforms.profiling.record import DRAM_PCT, GRID_BLOCKS
@@ -300,19 +300,9 @@ class _Gatekeeper:
                 started = time.monotonic()
                 Path(self.folder, f"go.{pid}").touch()
                 done = Path(self.folder, f"done.{pid}")
-                while not done.exists() and _alive(pid) and not self._stop.is_set():
+                while not done.exists() and process_alive(pid) and not self._stop.is_set():
                     self._stop.wait(self.poll_s)
                 self.device_s += time.monotonic() - started
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class ProfileCache:

@@ -25,7 +25,9 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 import weakref
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Callable
 
@@ -81,7 +83,8 @@ def _spill_root() -> str | None:
     return "/dev/shm" if stat.f_bavail * stat.f_frsize > (8 << 30) else None
 
 
-def _owner_alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this machine (another user's counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -97,10 +100,14 @@ def _remove_leftovers() -> None:
     remove_orphaned_folders()
 
 
-def remove_orphaned_folders() -> None:
+def remove_orphaned_folders(owners: Sequence[int] = (), wait_s: float = 0.0) -> None:
     """Remove kevo's temporary folders whose owner is gone (a run killed with SIGKILL leaves
     them; a worker whose owner dies removes what it can, but its confinement keeps it from
-    removing its own scratch directory; a driver calls this once it has killed its actors)."""
+    removing its own scratch directory). ``owners``: processes just killed (a driver's actors),
+    waited for up to ``wait_s`` first, so that their folders go too."""
+    deadline = time.monotonic() + wait_s
+    while any(process_alive(pid) for pid in owners) and time.monotonic() < deadline:
+        time.sleep(0.05)
     roots = {tempfile.gettempdir(), "/dev/shm"}
     for root in roots:
         try:
@@ -109,7 +116,7 @@ def remove_orphaned_folders() -> None:
             continue
         for name in names:
             match = _OWNED.fullmatch(name)
-            if match and int(match.group(1)) != os.getpid() and not _owner_alive(int(match.group(1))):
+            if match and int(match.group(1)) != os.getpid() and not process_alive(int(match.group(1))):
                 shutil.rmtree(os.path.join(root, name), ignore_errors=True)
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import time
 from typing import Any
 
@@ -173,17 +172,4 @@ class Fleet:
             return
         from fitness.sandbox import remove_orphaned_folders
 
-        deadline = time.monotonic() + 5.0
-        while any(_alive(pid) for pid in local) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        remove_orphaned_folders()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+        remove_orphaned_folders(owners=local, wait_s=5.0)
