@@ -157,6 +157,16 @@ sec_sol_extra() {  # the same over five more level-1 problems (runs/sol-extra)
     sol_sweep sol-extra "37_FrobeniusNorm_ 38_L1Norm_ 39_L2Norm_ 52_Argmin_over_a_dimension 34_InstanceNorm"
 }
 
+sweep_or_resume() {  # run dir, sweep file: the sweep into the run dir (under runs/, kept between calls on a
+    # warm machine, or carried), or its resume where a call before began it
+    mkdir -p runs
+    if [[ -f $1/sweep.json ]]; then
+        timeout "$(left)" python3 -m evolve.cli resume "$1"
+    else
+        timeout "$(left)" python3 -m evolve.cli sweep "$2" --run-dir "$1"
+    fi
+}
+
 sol_sweep() {  # name, problems: the sweep lives in runs/NAME (kept between calls on a warm machine, or
     # carried): a later call resumes it
     local name=$1 p
@@ -169,12 +179,7 @@ sol_sweep() {  # name, problems: the sweep lives in runs/NAME (kept between call
         echo "problems:"
         for p in $2; do echo "  - {reference: $L1/$p.py, seeds: compile}"; done
     } > "$OUT/$name.yaml"
-    mkdir -p runs
-    if [[ -f runs/$name/sweep.json ]]; then
-        timeout "$(left)" python3 -m evolve.cli resume "runs/$name" > "$OUT/$name.txt"
-    else
-        timeout "$(left)" python3 -m evolve.cli sweep "$OUT/$name.yaml" --run-dir "runs/$name" > "$OUT/$name.txt"
-    fi
+    sweep_or_resume "runs/$name" "$OUT/$name.yaml" > "$OUT/$name.txt"
     cp "runs/$name/summary.json" "$OUT/${name}_summary.json" 2> /dev/null
     timeout 60 python3 -m evolve.cli report "runs/$name" >> "$OUT/$name.txt" 2>&1
 }
@@ -344,12 +349,7 @@ for p in sweep["problems"]:  # the same files, read from $KB
     p["reference"] = str(pathlib.Path(os.environ["KB"], level, name))
 yaml.safe_dump(sweep, open(sys.argv[1], "w"))
 EOF
-    mkdir -p runs
-    if [[ -f runs/kb-gemm/sweep.json ]]; then
-        timeout "$(left)" python3 -m evolve.cli resume runs/kb-gemm > "$OUT/gemm.txt"
-    else
-        timeout "$(left)" python3 -m evolve.cli sweep "$OUT/gemm_sweep.yaml" --run-dir runs/kb-gemm > "$OUT/gemm.txt"
-    fi
+    sweep_or_resume runs/kb-gemm "$OUT/gemm_sweep.yaml" > "$OUT/gemm.txt"
     timeout 120 python3 bench/compile_sweep_table.py runs/kb-gemm --json "$OUT/gemm_table.json" > "$OUT/gemm_table.md"
 }
 
@@ -364,13 +364,7 @@ side_by_side: ${L1_SIDE:-8}
 problems:
   - {folder: $L1, seeds: compile}
 EOF
-    mkdir -p runs
-    if [[ -f runs/kb-level1/sweep.json ]]; then
-        timeout "$(left)" python3 -m evolve.cli resume runs/kb-level1 > "$OUT/level1_seeds.txt"
-    else
-        timeout "$(left)" python3 -m evolve.cli sweep "$OUT/level1_seeds.yaml" --run-dir runs/kb-level1 \
-            > "$OUT/level1_seeds.txt"
-    fi
+    sweep_or_resume runs/kb-level1 "$OUT/level1_seeds.yaml" > "$OUT/level1_seeds.txt"
     timeout 120 python3 bench/compile_sweep_table.py runs/kb-level1 --json "$OUT/level1_seeds_table.json" \
         > "$OUT/level1_seeds_table.md"
 }
