@@ -9,7 +9,7 @@
 #   bash bench/gpu_round.sh coverage               # level 1 prepared at own shapes: footprint and slots a problem
 #   bash bench/gpu_round.sh seeds sol-sweep        # kevo seed + verify at own shapes (SEED_PROBLEMS: those only); a sweep that stops at SOL
 #   bash bench/gpu_round.sh fixtures               # Inductor's GPU output under each configuration; seed --all
-#   bash bench/gpu_round.sh stream real-size       # a 48-variant cold stream; 23_Softmax at its own shapes (RS_SLOTS, RS_COMPILE_S)
+#   bash bench/gpu_round.sh stream real-size       # a 48-variant cold stream; 23_Softmax at its own shapes (RS_PROBLEM, RS_SLOTS, RS_COMPILE_S)
 #   bash bench/gpu_round.sh stream-budget          # the cold stream with each compile cut at 8 s (STREAM_COMPILE_S)
 #   bash bench/gpu_round.sh breakdown              # where an evaluation's time goes, at real size (REAL_ONLY=1: only) and cold
 #   bash bench/gpu_round.sh spy-stream spy-real    # the same, sampled by py-spy: where every process's threads wait
@@ -199,9 +199,10 @@ sec_stream_budget() {  # the same cold stream, a kernel's compile cut at 8 s (fi
     done
 }
 
-sec_real_size() {  # 23_Softmax at its own shapes (4096 x 393216 fp32; 24_LogSoftmax of the issue is held back), profiler on: evaluations/s of kevo run
+sec_real_size() {  # a row reduction at its own shapes (RS_PROBLEM, default 23_Softmax: 4096 x 393216 fp32),
+    # profiler on: evaluations/s of kevo run
     cat > "$OUT/softmax.yaml" <<EOF
-problem: {reference: $L1/23_Softmax.py, seeds: compile}
+problem: {reference: $L1/${RS_PROBLEM:-23_Softmax}.py, seeds: compile}
 search: {population_size: 4, max_evaluations: 24, seed: 0}
 operators: {weights: {parametric_mutation: 0.7, parametric_crossover: 0.3}}
 platform: cuda
