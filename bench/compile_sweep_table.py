@@ -139,7 +139,8 @@ def main() -> int:
     parser.add_argument("sweep_dir", type=Path)
     parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
     args = parser.parse_args()
-    runs = sorted(p for p in args.sweep_dir.iterdir() if p.is_dir())
+    # a run set aside to start again alone (.NNN-name.crowded, evolve.sweep) is not a row
+    runs = sorted(p for p in args.sweep_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
     rows = [run_row(p) for p in runs]
 
     def ms(value: float | None) -> str:

@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from evolve.capture.seed import SeedError, compile_seed  # noqa: E402
-from evolve.sweep import load_sweep  # noqa: E402
+from evolve.sweep_file import load_sweep  # noqa: E402
 from fitness import EvalSettings, Evaluator  # noqa: E402
 from fitness.problem import build_model, load_problem, make_inputs  # noqa: E402
 from fitness.trace import INIT_OPS, LAUNCH_OPS, ComputeTrace  # noqa: E402

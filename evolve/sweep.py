@@ -39,6 +39,7 @@ import json
 import logging
 import os
 import queue
+import shutil
 import threading
 import time
 from contextlib import AbstractContextManager
@@ -47,21 +48,20 @@ from typing import Any
 
 import yaml
 
-from evolve.config import ConfigError, config_from_dict
+from evolve.config import config_from_dict
 from evolve.dispatch.pool import SharedPool, check_can_evaluate
 from evolve.dispatch.ray import RayUnavailable
 from evolve.errors import USER_ERRORS
 from evolve.budget import saved, share_saved
 from evolve.report import Outcome, run_outcome, sweep_summary
 from evolve.session import BUDGET_EVENT, STORE_FILE, NoSeed, Observer, raise_budget, resume_run, start_run
-from evolve.sweep_file import DEFAULT_SIDE_BY_SIDE, DEFAULT_SPEND_SAVED, Entry
-from evolve.sweep_file import load_sweep  # noqa: F401  (still imported from here by bench/seed_gap.py)
+from evolve.sweep_file import SWEEP_FILE, Entry, stored_entries  # noqa: F401  (stored_entries: kevo report, apply)
+from evolve.sweep_file import check_same_sweep as _check_same_sweep
 from platforms import PlatformUnavailable
 from population_store import RunStore
 
 log = logging.getLogger(__name__)
 
-SWEEP_FILE = "sweep.json"  # the resolved entries, written when the sweep starts
 SUMMARY_FILE = "summary.json"
 CONFIG_FILE = "config.yaml"
 FAILED_FILE = "failed.json"  # a run that could not go on, with the reason
@@ -69,7 +69,6 @@ SKIPPED_FILE = "skipped.json"  # a run that got no seed from torch.compile, with
 BUDGET_FILE = "budget.json"  # the second pass's shares, fixed once from the first pass's outcomes
 STOP_WAIT_S = 60.0  # how long an interrupted sweep waits for the runs still going to end
 SECOND_PASS = "sweep: evaluations saved at the speed of light"  # the grant a run's store records
-MAY_CHANGE = {"side_by_side": DEFAULT_SIDE_BY_SIDE, "spend_saved": DEFAULT_SPEND_SAVED}  # from one go to the next
 
 
 class SweepObserver:
@@ -179,10 +178,13 @@ def _shares(sweep_dir: Path, outcomes: list[Outcome]) -> dict[str, int]:
 def _side_by_side(entries: list[Entry], ended: dict[str, Outcome | None], sweep_dir: Path, pool: SharedPool,
                   observer: SweepObserver, width: int) -> list[Outcome]:
     """Up to ``width`` runs at once, started in the sweep's order, each in a thread of its own;
-    their outcomes in the sweep's order. An interruption leaves the runs in flight as a kill
-    would (every result they committed stays; a resume goes on with them): each ends at its next
-    result, or as the pool closes under it, and is waited for (up to ``STOP_WAIT_S``), so that
-    its evaluators close and no run is still computing while the process exits."""
+    their outcomes in the sweep's order. A run that shared the device and failed (or got no seed)
+    for lack of device memory is set aside and run again once, with the device to itself, after
+    the others (``for_lack_of_memory``): its neighbours may have held that memory. An
+    interruption leaves the runs in flight as a kill would (every result they committed stays; a
+    resume goes on with them): each ends at its next result, or as the pool closes under it, and
+    is waited for (up to ``STOP_WAIT_S``), so that its evaluators close and no run is still
+    computing while the process exits."""
     outcomes = {name: outcome for name, outcome in ended.items() if outcome is not None}
     for outcome in outcomes.values():
         observer.ended(outcome)
@@ -199,17 +201,34 @@ def _side_by_side(entries: list[Entry], ended: dict[str, Outcome | None], sweep_
         except BaseException as exc:  # handed to the sweep's thread, which raises it
             done.put((entry, exc))
 
-    running = 0
+    running, live, crowded, later, retried = 0, set(), set(), collections.deque(), set()
+
+    def start(entry: Entry) -> None:
+        nonlocal running
+        if live:  # the device is shared from now on: by this run and by those in flight
+            crowded.update(live | {entry.name})
+        live.add(entry.name)
+        threading.Thread(target=run, args=(entry,), name=f"kevo-run-{entry.name}", daemon=True).start()
+        running += 1
+
     try:
-        while todo or running:
+        while todo or later or running:
             while todo and running < width:
-                entry = todo.popleft()
-                threading.Thread(target=run, args=(entry,), name=f"kevo-run-{entry.name}", daemon=True).start()
-                running += 1
+                start(todo.popleft())
+            if later and not running:  # what ran out of memory beside others, now with the device to itself
+                start(later.popleft())
             entry, outcome = done.get()
             running -= 1
+            live.discard(entry.name)
             if isinstance(outcome, BaseException):
                 raise outcome
+            if entry.name in crowded and entry.name not in retried and for_lack_of_memory(outcome):
+                log.warning("sweep: %s ran out of device memory beside other runs (%s); it runs again alone "
+                            "once they end", entry.name, outcome.reason[:200])
+                _set_aside(sweep_dir / entry.name)
+                later.append(entry)
+                retried.add(entry.name)
+                continue
             outcomes[entry.name] = outcome
             observer.ended(outcome)
     except BaseException:
@@ -224,6 +243,24 @@ def _side_by_side(entries: list[Entry], ended: dict[str, Outcome | None], sweep_
             running -= 1
         raise
     return [outcomes[entry.name] for entry in entries]
+
+
+MEMORY_WORDS = ("out of memory", "out_of_memory", "outofmemoryerror", "gb is free")
+
+
+def for_lack_of_memory(outcome: Outcome) -> bool:
+    """Whether a run failed, or got no seed, because the device's memory ran out or too little
+    of it was free: beside other runs, that may be theirs, not the problem's."""
+    reason = (outcome.reason or "").lower()
+    return outcome.status in ("failed", "skipped") and any(word in reason for word in MEMORY_WORDS)
+
+
+def _set_aside(run_dir: Path) -> None:
+    """Move a run that is to start again out of the way (kept, hidden, for a look at what failed):
+    the run starts afresh in ``run_dir``."""
+    aside = run_dir.with_name(f".{run_dir.name}.crowded")
+    shutil.rmtree(aside, ignore_errors=True)
+    os.replace(run_dir, aside)
 
 
 def _run(entry: Entry, run_dir: Path, pool: SharedPool, observer: SweepObserver,
@@ -304,34 +341,6 @@ def _check_machine(entries: list[Entry], sweep_dir: Path) -> None:
                                       "or run the sweep where that GPU is)") from None
         except RayUnavailable as exc:
             raise RayUnavailable(f"run {entry.name}: {exc}; no run was started") from None
-
-
-def _check_same_sweep(sweep_dir: Path, entries: list[Entry]) -> list[dict] | None:
-    """The plan to write into ``SWEEP_FILE`` for a new sweep; None when ``sweep_dir`` holds this same
-    sweep already; ``ConfigError`` when it holds another."""
-    plan = [{"name": e.name, "config": e.config, "skip": e.skip, "side_by_side": e.side_by_side,
-             "spend_saved": e.spend_saved} for e in entries]
-    path = sweep_dir / SWEEP_FILE
-    if not path.exists():
-        return plan
-    stored = json.loads(path.read_text(encoding="utf-8"))
-    what = [{k: v for k, v in e.items() if k not in MAY_CHANGE} for e in json.loads(json.dumps(plan))]
-    if [e["name"] for e in stored] != [e["name"] for e in plan] or [
-            {k: v for k, v in e.items() if k not in MAY_CHANGE} for e in stored] != what:
-        raise ConfigError(f"{sweep_dir} holds a different sweep ({SWEEP_FILE} differs); "
-                          "choose another --run-dir, or run the sweep file it was started from")
-    # the same sweep; how many runs go side by side, and whether saved evaluations are spent, may change
-    settings = [[e.get(k, default) for k, default in MAY_CHANGE.items()] for e in stored]
-    return plan if settings != [[p[k] for k in MAY_CHANGE] for p in plan] else None
-
-
-def stored_entries(sweep_dir: Path) -> list[Entry] | None:
-    """The entries of the sweep in ``sweep_dir``, or None when it holds no sweep."""
-    path = Path(sweep_dir) / SWEEP_FILE
-    if not path.is_file():
-        return None
-    return [Entry(e["name"], e["config"], e.get("skip", ""), e.get("side_by_side", DEFAULT_SIDE_BY_SIDE),
-                  e.get("spend_saved", DEFAULT_SPEND_SAVED)) for e in json.loads(path.read_text(encoding="utf-8"))]
 
 
 def sweep_status(entries: list[Entry], sweep_dir: Path) -> list[Outcome]:

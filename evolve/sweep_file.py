@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -231,3 +232,35 @@ def _problem_name(reference: Path) -> str:
 
 def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.=-]+", "_", name).strip("_") or "problem"
+
+
+SWEEP_FILE = "sweep.json"  # the resolved entries, written into a sweep's directory when it starts
+MAY_CHANGE = {"side_by_side": DEFAULT_SIDE_BY_SIDE, "spend_saved": DEFAULT_SPEND_SAVED}  # from one go to the next
+
+
+def check_same_sweep(sweep_dir: Path, entries: list[Entry]) -> list[dict] | None:
+    """The plan to write into ``SWEEP_FILE`` for a new sweep; None when ``sweep_dir`` holds this same
+    sweep already; ``ConfigError`` when it holds another."""
+    plan = [{"name": e.name, "config": e.config, "skip": e.skip, "side_by_side": e.side_by_side,
+             "spend_saved": e.spend_saved} for e in entries]
+    path = sweep_dir / SWEEP_FILE
+    if not path.exists():
+        return plan
+    stored = json.loads(path.read_text(encoding="utf-8"))
+    what = [{k: v for k, v in e.items() if k not in MAY_CHANGE} for e in json.loads(json.dumps(plan))]
+    if [e["name"] for e in stored] != [e["name"] for e in plan] or [
+            {k: v for k, v in e.items() if k not in MAY_CHANGE} for e in stored] != what:
+        raise ConfigError(f"{sweep_dir} holds a different sweep ({SWEEP_FILE} differs); "
+                          "choose another --run-dir, or run the sweep file it was started from")
+    # the same sweep; how many runs go side by side, and whether saved evaluations are spent, may change
+    settings = [[e.get(k, default) for k, default in MAY_CHANGE.items()] for e in stored]
+    return plan if settings != [[p[k] for k in MAY_CHANGE] for p in plan] else None
+
+
+def stored_entries(sweep_dir: Path) -> list[Entry] | None:
+    """The entries of the sweep in ``sweep_dir``, or None when it holds no sweep."""
+    path = Path(sweep_dir) / SWEEP_FILE
+    if not path.is_file():
+        return None
+    return [Entry(e["name"], e["config"], e.get("skip", ""), e.get("side_by_side", DEFAULT_SIDE_BY_SIDE),
+                  e.get("spend_saved", DEFAULT_SPEND_SAVED)) for e in json.loads(path.read_text(encoding="utf-8"))]

@@ -474,3 +474,66 @@ def test_sigterm_stops_a_sweep_side_by_side_and_it_resumes(tmp_path):
         with RunStore.open(run_dir / f"{i:03d}-{name}" / STORE_FILE, readonly=True) as s:
             rows = s.individuals()
             assert len(rows) == DEFAULTS["search"]["max_evaluations"] and all(r.status != "pending" for r in rows)
+
+
+class _RanThrough(Exception):
+    """A stand-in run's end, once it got past where it would fail."""
+
+
+def test_a_run_out_of_memory_beside_others_runs_again_alone_after_them(tmp_path, monkeypatch):
+    """On one H200, ten problems at their own sizes side by side: 19_ReLU, 31_ELU and three captures
+    ran out of device memory that their neighbours held, and 34_InstanceNorm found too little free.
+    Such a run starts again once, alone, after the others; any other failure is recorded at once,
+    and a run that runs out of memory alone too stays failed."""
+    import threading
+
+    from fitness import ProblemError
+
+    sweep = write_sweep(tmp_path / "s.yaml", [problem(n) for n in ("elementwise", "softmax", "matmul", "gelu")])
+    sweep.write_text(yaml.safe_dump({**yaml.safe_load(sweep.read_text()), "side_by_side": 2}))
+    entries = load_sweep(sweep)
+    first, second, third, fourth = (e.name for e in entries)
+    lock, live, log = threading.Lock(), set(), []
+    both = threading.Barrier(2, timeout=30)
+
+    def start(config_path: Path, run_dir: Path, observer, dispatchers) -> str:
+        name = run_dir.name
+        with lock:
+            live.add(name)
+            log.append((name, len(live)))
+        try:
+            if len(log) <= 2:
+                both.wait()  # the first two go at once
+            (run_dir / STORE_FILE).write_text("half a run")  # what a run leaves before it fails
+            with lock:
+                crowded = len(live) > 1
+            if len(log) <= 2:
+                both.wait()  # and both saw the other there
+            if name == first and crowded:
+                raise RuntimeError("CUDA out of memory. Tried to allocate 6.00 GiB")  # kevo's own side
+            if name == second and crowded:
+                raise ProblemError("one evaluation needs about 59.0 GB of memory, but only 20.0 GB is free")
+            if name == third:
+                time.sleep(0.5)  # still going when the fourth starts
+                raise ProblemError("the reference fails")  # not memory: recorded at once
+            if name == fourth:
+                raise ProblemError("no seed kernel is accepted (seed 1: out_of_memory)")
+            raise _RanThrough(name)
+        finally:
+            with lock:
+                live.discard(name)
+
+    monkeypatch.setattr("evolve.sweep.start_run", start)
+    monkeypatch.setattr("evolve.sweep.resume_run", lambda *a, **k: pytest.fail("a set-aside run starts afresh"))
+    outcomes = {o.name: o for o in run_sweep(entries, tmp_path / "out")}
+    assert {name for name, _ in log[:2]} == {first, second} and {name for name, _ in log[2:4]} == {third, fourth}
+    again = log[4:]
+    assert sorted(name for name, _ in again) == sorted([first, second, fourth])  # crowded out: once more
+    assert all(at_once == 1 for _, at_once in again)  # each with the device to itself, after the others
+    for name in (first, second):
+        assert outcomes[name].status == "failed" and "_RanThrough" in outcomes[name].reason  # ran through
+        aside = tmp_path / "out" / f".{name}.crowded"
+        assert (aside / STORE_FILE).read_text() == "half a run"  # the first try, kept out of the way
+    assert outcomes[third].reason == "ProblemError: the reference fails"
+    assert outcomes[fourth].reason.endswith("(seed 1: out_of_memory)")  # out of memory alone too: stays
+    assert [name for name, _ in log].count(third) == 1
