@@ -216,3 +216,78 @@ def test_judge_and_worker_need_under_ten_times_the_output_over_a_tiny_shape(tmp_
     for side in ("judge", "worker"):
         extra = big[side] - tiny[side]
         assert extra <= 10 * output_bytes, f"the {side} needed {extra / output_bytes:.1f}x the output"
+
+
+class _Crowded:
+    """Four evaluations at once where three fit: each of the four runs out of memory together,
+    as a profile beside real-size evaluations made five on one H200 (23_Softmax, six slots)."""
+
+    def __init__(self, state: dict) -> None:
+        self.prepared, self.state = _Prepared(), state
+
+    def evaluate(self, source: str) -> EvalResult:
+        with self.state["lock"]:
+            self.state["running"] += 1
+            self.state["most"] = max(self.state["most"], self.state["running"])
+        try:
+            if source.startswith("together"):
+                self.state["together"].wait()  # all four in flight at once
+            time.sleep(0.05)
+            with self.state["lock"]:
+                crowded = self.state["running"] > 3
+            if crowded:
+                return EvalResult(Status.OUT_OF_MEMORY, "kevo's worker ran out of memory during call",
+                                  harness_failure=True)
+            return EvalResult(Status.ACCEPTED, runtime_ms=1.0)
+        finally:
+            with self.state["lock"]:
+                self.state["running"] -= 1
+
+    def profile(self, source: str, runtime_ms: float | None) -> dict:
+        with self.state["lock"]:
+            self.state["running"] += 1
+        time.sleep(0.3)
+        with self.state["lock"]:
+            self.state["running"] -= 1
+        return {"profiled": True}
+
+    def close(self) -> None:
+        pass
+
+
+def _crowded_actor(monkeypatch, slots: int) -> tuple[EvaluatorActor, EvaluatorSpec, dict]:
+    state = {"lock": threading.Lock(), "running": 0, "most": 0, "together": threading.Barrier(4, timeout=30)}
+    monkeypatch.setattr(EvaluatorSpec, "build", lambda self, lane=None, prepared=None: _Crowded(state))
+    return EvaluatorActor(slots=slots), EvaluatorSpec("r.py"), state
+
+
+def test_evaluations_out_of_memory_together_take_the_limit_to_one_below_their_crowd_not_to_one(monkeypatch):
+    actor, spec, state = _crowded_actor(monkeypatch, slots=6)
+    threads = [threading.Thread(target=actor.evaluate, args=(spec, f"together {i}")) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert state["most"] == 4
+    assert actor._limit[spec] == 3  # four were too many: three, whichever of the four came back first
+    results = []
+    threads = [threading.Thread(target=lambda i=i: results.append(actor.evaluate(spec, f"later {i}")[1]))
+               for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(r.status is Status.ACCEPTED for r in results) and state["most"] == 4  # no more than three since
+
+
+@pytest.mark.parametrize("limit, overlaps", [(1, False), (6, True)])
+def test_a_profile_takes_an_evaluation_s_place_where_memory_limits_the_slots(monkeypatch, limit, overlaps):
+    actor, spec, state = _crowded_actor(monkeypatch, slots=6)
+    actor.evaluate(spec, "first")  # built and planned
+    actor._limit[spec] = limit  # the plan: one fits (memory binds), or all six slots do
+    profiled = threading.Thread(target=actor.profile, args=(spec, "parent", 1.0))
+    profiled.start()
+    time.sleep(0.1)  # the profile is on the device
+    assert actor.evaluate(spec, "child")[1].status is Status.ACCEPTED
+    profiled.join()
+    assert (state["most"] == 2) is overlaps  # beside the profile only where memory does not bind

@@ -46,6 +46,15 @@ class EvaluatorSpec:
         return hash(json.dumps(dataclasses.asdict(self), sort_keys=True, default=str))
 
 
+@dataclasses.dataclass(eq=False)
+class _Admission:
+    """One evaluation let onto the device: how many others were there as it came, and the most
+    there were at once (itself included) while it ran."""
+
+    others: int
+    peak: int = 0
+
+
 class EvaluatorActor:
     """What runs in each actor: warm ``Evaluator``s sharing the actor's device.
 
@@ -64,7 +73,11 @@ class EvaluatorActor:
     as fit in the device's free memory (``PreparedProblem.slots_that_fit``).
     An evaluation that runs out of memory on kevo's side, or any that runs
     out while others are in flight, is tried once more with the device to
-    itself, and the actor keeps one evaluation fewer in flight from then on.
+    itself, and the actor keeps fewer in flight from then on: one fewer than
+    the most that were in flight beside it (never lower than that, so that
+    several running out together do not each take one off). Where memory
+    limits the slots, a hardware profile in flight counts as an evaluation:
+    its program holds device memory too.
     One that runs out while other problems' evaluators sit idle (a sweep with
     problems side by side) is tried once more after those are closed and
     their memory given back.
@@ -83,7 +96,8 @@ class EvaluatorActor:
         # handed over, it is reset first (Harness.reset), keeping only its context.
         self.keep_problems = keep_problems
         self._gate = threading.Condition()
-        self._in_flight = 0
+        self._in_flight = 0  # evaluations (and, where memory binds, profiles) on the device
+        self._admissions: set[_Admission] = set()
         self._limit: dict[EvaluatorSpec, int] = {}  # evaluations at once, per problem
         self._prepared: dict[EvaluatorSpec, PreparedProblem] = {}
         self._preparing = threading.Lock()  # one problem is prepared once, not once per slot
@@ -119,16 +133,17 @@ class EvaluatorActor:
         """(this actor's pid, the verdict on ``source``)."""
         evaluator = self._take(spec)
         try:
-            with self._admitted(spec) as others:
+            with self._admitted(spec) as admission:
                 result = evaluator.evaluate(source)
             if result.status is Status.OUT_OF_MEMORY:
                 # other problems' idle evaluators hold memory too (their references, their workers'):
                 # given back, the device may fit this one's evaluation
                 forgotten = self._forget_idle_others(spec, evaluator)
-                if result.harness_failure or others:
+                if result.harness_failure or admission.others:
                     with self._lock:
-                        self._limit[spec] = max(1, self._limit.get(spec, self.slots) - 1)
-                if result.harness_failure or others or forgotten:
+                        limit = self._limit.get(spec, self.slots)
+                        self._limit[spec] = max(1, min(limit, admission.peak - 1))
+                if result.harness_failure or admission.others or forgotten:
                     with self._admitted(spec, alone=True):
                         result = evaluator.evaluate(source)
             return os.getpid(), result
@@ -136,20 +151,29 @@ class EvaluatorActor:
             self._give_back(spec, evaluator)
 
     @contextlib.contextmanager
-    def _admitted(self, spec: EvaluatorSpec, alone: bool = False) -> Iterator[int]:
-        """Wait for room under the problem's limit (``alone``: for the device to itself);
-        yields how many other evaluations were in flight when this one started."""
+    def _admitted(self, spec: EvaluatorSpec, alone: bool = False) -> Iterator["_Admission"]:
+        """Wait for room under the problem's limit (``alone``: for the device to itself); yields
+        how many others were in flight when this one started, and the most at once while it ran."""
         with self._gate:
             while self._in_flight >= (1 if alone else self._limit.get(spec, self.slots)):
                 self._gate.wait()
-            others = self._in_flight
+            admission = _Admission(others=self._in_flight)
             self._in_flight += 1
+            self._admissions.add(admission)
+            for each in self._admissions:
+                each.peak = max(each.peak, self._in_flight)
         try:
-            yield others
+            yield admission
         finally:
             with self._gate:
                 self._in_flight -= 1
+                self._admissions.discard(admission)
                 self._gate.notify_all()
+
+    def _memory_bound(self, spec: EvaluatorSpec) -> bool:
+        """Whether the device's memory, not the slots, limits ``spec``'s evaluations at once."""
+        with self._lock:
+            return spec in self._limit and self._limit[spec] < self.slots
 
     def profile(self, spec: EvaluatorSpec, source: str, runtime_ms: float | None) -> dict[str, Any]:
         """The profile record of ``source`` on this actor's device (``Evaluator.profile``).
@@ -163,11 +187,15 @@ class EvaluatorActor:
             with self._lock:
                 built = self._all.get(spec)
                 evaluator = built[0] if built else None
+            # where memory limits the evaluations at once, the profiled program takes one's place
+            room = self._admitted(spec) if self._memory_bound(spec) else contextlib.nullcontext()
             if evaluator is not None:
-                return evaluator.profile(source, runtime_ms)
+                with room:
+                    return evaluator.profile(source, runtime_ms)
             evaluator = self._take(spec)
             try:
-                return evaluator.profile(source, runtime_ms)
+                with room:
+                    return evaluator.profile(source, runtime_ms)
             finally:
                 self._give_back(spec, evaluator)
         finally:
