@@ -394,6 +394,12 @@ def main(argv: list[str] | None = None) -> int:
         # the reader of our stdout went away (kevo ... | head): not an error of ours
         sys.stdout = None
         return EXIT_ACCEPTED
+    finally:
+        if argv is None:  # kevo's own process, about to exit: its temporary folders, and its
+            # actors' once they are gone, go with it (a sweep stopped mid-capture leaves some)
+            from fitness.sandbox import remove_orphaned_folders
+
+            remove_orphaned_folders(mine=True)
 
 
 if __name__ == "__main__":

@@ -100,11 +100,12 @@ def _remove_leftovers() -> None:
     remove_orphaned_folders()
 
 
-def remove_orphaned_folders(owners: Sequence[int] = (), wait_s: float = 0.0) -> None:
+def remove_orphaned_folders(owners: Sequence[int] = (), wait_s: float = 0.0, mine: bool = False) -> None:
     """Remove kevo's temporary folders whose owner is gone (a run killed with SIGKILL leaves
     them; a worker whose owner dies removes what it can, but its confinement keeps it from
     removing its own scratch directory). ``owners``: processes just killed (a driver's actors),
-    waited for up to ``wait_s`` first, so that their folders go too."""
+    waited for up to ``wait_s`` first, so that their folders go too. ``mine``: this process's
+    own too (it is about to exit: a thread stopped mid-way, a capture cut short, left them)."""
     deadline = time.monotonic() + wait_s
     while any(process_alive(pid) for pid in owners) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -116,7 +117,8 @@ def remove_orphaned_folders(owners: Sequence[int] = (), wait_s: float = 0.0) -> 
             continue
         for name in names:
             match = _OWNED.fullmatch(name)
-            if match and int(match.group(1)) != os.getpid() and not process_alive(int(match.group(1))):
+            owner = int(match.group(1)) if match else 0
+            if match and (owner == os.getpid() and mine or owner != os.getpid() and not process_alive(owner)):
                 shutil.rmtree(os.path.join(root, name), ignore_errors=True)
 
 

@@ -131,3 +131,21 @@ def test_profile_and_apply_folders_of_a_killed_process_go_at_the_next_start(tmp_
         sandbox._remove_leftovers.__wrapped__()
         assert Path(ours).exists()  # a live owner's folder stays
     assert not [p for p in made if p.exists()]
+
+
+def test_kevo_s_process_takes_its_own_folders_with_it_as_it_exits(tmp_path):
+    """Seen on the H200: a side-by-side sweep stopped by SIGTERM while its runs captured seeds left
+    nine kevo-capture-<its pid>- folders (the capturing threads never reached their cleanup), to be
+    removed only by the next kevo. The command line's process removes its own as it exits."""
+    script = (
+        "import os, sys, tempfile\n"
+        "from evolve import cli\n"
+        "tempfile.mkdtemp(prefix=f'kevo-capture-{os.getpid()}-')  # a capture cut short\n"
+        "sys.argv = ['kevo', 'report', sys.argv[1]]\n"
+        "sys.exit(cli.main())\n")
+    env = {**os.environ, "TMPDIR": str(tmp_path / "tmp")}
+    (tmp_path / "tmp").mkdir()
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "no-run")], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "holds no kevo run" in done.stderr  # it failed, and still cleaned up
+    assert list((tmp_path / "tmp").iterdir()) == []
