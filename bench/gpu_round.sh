@@ -199,8 +199,8 @@ sec_stream_budget() {  # the same cold stream, a kernel's compile cut at 8 s (fi
     done
 }
 
-sec_real_size() {  # a row reduction at its own shapes (RS_PROBLEM, default 23_Softmax: 4096 x 393216 fp32),
-    # profiler on: evaluations/s of kevo run
+sec_real_size() {  # a row reduction at its own shapes (RS_PROBLEM, default 23_Softmax: 4096 x 393216 fp32;
+    # the KernelBench copy here has no 24_LogSoftmax), profiler on: evaluations/s of kevo run
     cat > "$OUT/softmax.yaml" <<EOF
 problem: {reference: $L1/${RS_PROBLEM:-23_Softmax}.py, seeds: compile}
 search: {population_size: 4, max_evaluations: 24, seed: 0}
