@@ -158,13 +158,18 @@ sec_sol_extra() {  # the same over five more level-1 problems (runs/sol-extra)
 }
 
 sweep_or_resume() {  # run dir, sweep file: the sweep into the run dir (under runs/, kept between calls on a
-    # warm machine, or carried), or its resume where a call before began it
+    # warm machine, or carried), or its resume where a call before began it; the run dir comes back packed in
+    # $OUT/NAME.tgz, so that a call on a machine gone cold can carry it (untar into runs/, carry runs/NAME)
+    local rc
     mkdir -p runs
     if [[ -f $1/sweep.json ]]; then
         timeout "$(left)" python3 -m evolve.cli resume "$1"
     else
         timeout "$(left)" python3 -m evolve.cli sweep "$2" --run-dir "$1"
     fi
+    rc=$?
+    tar czf "$OUT/$(basename "$1").tgz" -C "$(dirname "$1")" "$(basename "$1")" 2> /dev/null
+    return $rc
 }
 
 sol_sweep() {  # name, problems: the sweep lives in runs/NAME (kept between calls on a warm machine, or
