@@ -8,8 +8,8 @@ import json
 import logging
 import signal
 import sys
-import threading
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 
@@ -18,6 +18,7 @@ from evolve.progress import Progress, SweepProgress
 from evolve.report import (PLOT_FILE, build_report, format_counts, format_sweep_summary, print_report,
                            sweep_summary, write_plot)
 from evolve.session import default_run_dir, open_store, resume_run, start_run
+from evolve.stopping import leave_nothing_behind, stop_on_sigterm
 from evolve.sweep import run_sweep, stored_entries, sweep_status
 from evolve.sweep_file import Entry, load_sweep
 from fitness import EvalSettings, Evaluator
@@ -362,25 +363,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _stop_on_sigterm() -> list[int]:
-    """SIGTERM (a scheduler's stop, ``timeout``) ends kevo as Ctrl-C does; a second one at once."""
-    got: list[int] = []
-
-    def stop(signum: int, frame: Any) -> None:
-        got.append(signum)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        raise KeyboardInterrupt
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, stop)
-    return got
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="kevo: %(message)s", stream=sys.stderr)
-    terminated = _stop_on_sigterm()
+    terminated = stop_on_sigterm()
     try:
         code = args.func(args)
         return 128 + signal.SIGTERM if terminated and code == 130 else code
@@ -395,11 +382,8 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout = None
         return EXIT_ACCEPTED
     finally:
-        if argv is None:  # kevo's own process, about to exit: its temporary folders, and its
-            # actors' once they are gone, go with it (a sweep stopped mid-capture leaves some)
-            from fitness.sandbox import remove_orphaned_folders
-
-            remove_orphaned_folders(mine=True)
+        if argv is None:  # kevo's own process, about to exit
+            leave_nothing_behind()
 
 
 if __name__ == "__main__":
