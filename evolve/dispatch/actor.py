@@ -11,16 +11,20 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import logging
 import os
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from evolve.dispatch.base import evaluator_info
 from fitness import CutoffError, EvalResult, EvalSettings, Evaluator, PreparedProblem, ProblemError, Status
 from fitness.lane import TimingLane
 from platforms import PlatformUnavailable
+
+log = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass(frozen=True, eq=True)
@@ -143,9 +147,15 @@ class EvaluatorActor:
                     with self._lock:
                         limit = self._limit.get(spec, self.slots)
                         self._limit[spec] = max(1, min(limit, admission.peak - 1))
+                    if self._limit[spec] < limit:
+                        log.warning("%s: out of memory with %d evaluation(s) and profile(s) in flight: %d at once "
+                                    "from now on", Path(spec.reference).name, admission.peak, self._limit[spec])
                 if result.harness_failure or admission.others or forgotten:
+                    first = dict(result.walls_s or {})
                     with self._admitted(spec, alone=True):
                         result = evaluator.evaluate(source)
+                    # the first try's time, in the record: an evaluation that took twice is seen as such
+                    result.walls_s = {**(result.walls_s or {}), "out of memory: first try": first.get("total", 0.0)}
             return os.getpid(), result
         finally:
             self._give_back(spec, evaluator)
