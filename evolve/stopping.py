@@ -6,6 +6,8 @@ import signal
 import threading
 from typing import Any
 
+from fitness.sandbox import remove_orphaned_folders
+
 
 def stop_on_sigterm() -> list[int]:
     """SIGTERM (a scheduler's stop, ``timeout``) ends kevo as Ctrl-C does; a second one at once.
@@ -25,6 +27,4 @@ def stop_on_sigterm() -> list[int]:
 def leave_nothing_behind() -> None:
     """kevo's process is about to exit: its own temporary folders go, and those of processes gone
     since, its actors among them (a sweep stopped mid-capture leaves some: ``fitness.sandbox``)."""
-    from fitness.sandbox import remove_orphaned_folders
-
     remove_orphaned_folders(mine=True)

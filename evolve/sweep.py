@@ -201,24 +201,21 @@ def _side_by_side(entries: list[Entry], ended: dict[str, Outcome | None], sweep_
         except BaseException as exc:  # handed to the sweep's thread, which raises it
             done.put((entry, exc))
 
-    running, live, crowded, later, retried = 0, set(), set(), collections.deque(), set()
+    live, crowded, later, retried = set(), set(), collections.deque(), set()  # live: the runs going now
 
     def start(entry: Entry) -> None:
-        nonlocal running
         if live:  # the device is shared from now on: by this run and by those in flight
             crowded.update(live | {entry.name})
         live.add(entry.name)
         threading.Thread(target=run, args=(entry,), name=f"kevo-run-{entry.name}", daemon=True).start()
-        running += 1
 
     try:
-        while todo or later or running:
-            while todo and running < width:
+        while todo or later or live:
+            while todo and len(live) < width:
                 start(todo.popleft())
-            if later and not running:  # what ran out of memory beside others, now with the device to itself
+            if later and not live:  # what ran out of memory beside others, now with the device to itself
                 start(later.popleft())
             entry, outcome = done.get()
-            running -= 1
             live.discard(entry.name)
             if isinstance(outcome, BaseException):
                 raise outcome
@@ -235,12 +232,11 @@ def _side_by_side(entries: list[Entry], ended: dict[str, Outcome | None], sweep_
         stopping.set()  # the runs still going fail as the pool closes: that is no failure of theirs
         pool.close()
         deadline = time.monotonic() + STOP_WAIT_S
-        while running and (left := deadline - time.monotonic()) > 0:
+        while live and (left := deadline - time.monotonic()) > 0:
             try:
-                done.get(timeout=left)
+                live.discard(done.get(timeout=left)[0].name)
             except queue.Empty:
                 break
-            running -= 1
         raise
     return [outcomes[entry.name] for entry in entries]
 

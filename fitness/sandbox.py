@@ -118,7 +118,7 @@ def remove_orphaned_folders(owners: Sequence[int] = (), wait_s: float = 0.0, min
         for name in names:
             match = _OWNED.fullmatch(name)
             owner = int(match.group(1)) if match else 0
-            if match and (owner == os.getpid() and mine or owner != os.getpid() and not process_alive(owner)):
+            if match and ((owner == os.getpid() and mine) or (owner != os.getpid() and not process_alive(owner))):
                 shutil.rmtree(os.path.join(root, name), ignore_errors=True)
 
 

@@ -266,26 +266,27 @@ def _crowded_actor(monkeypatch, slots: int) -> tuple[EvaluatorActor, EvaluatorSp
     return EvaluatorActor(slots=slots), EvaluatorSpec("r.py"), state
 
 
-def test_evaluations_out_of_memory_together_take_the_limit_to_one_below_their_crowd_not_to_one(monkeypatch):
-    actor, spec, state = _crowded_actor(monkeypatch, slots=6)
-    together: list[EvalResult] = []
-    threads = [threading.Thread(target=lambda i=i: together.append(actor.evaluate(spec, f"together {i}")[1]))
-               for i in range(4)]
+def _all_at_once(actor: EvaluatorActor, spec: EvaluatorSpec, sources: list[str]) -> list[EvalResult]:
+    """``sources`` evaluated by ``actor``, each from a thread of its own started together; the verdicts
+    of those that returned (a thread that raised adds none)."""
+    results: list[EvalResult] = []
+    threads = [threading.Thread(target=lambda s=s: results.append(actor.evaluate(spec, s)[1])) for s in sources]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    return results
+
+
+def test_evaluations_out_of_memory_together_take_the_limit_to_one_below_their_crowd_not_to_one(monkeypatch):
+    actor, spec, state = _crowded_actor(monkeypatch, slots=6)
+    together = _all_at_once(actor, spec, [f"together {i}" for i in range(4)])
     assert state["most"] == 4
     assert actor._limit[spec] == 3  # four were too many: three, whichever of the four came back first
     assert len(together) == 4  # each tried again alone: accepted, its first try's time in its record
     assert all(r.status is Status.ACCEPTED and "out of memory: first try" in r.walls_s for r in together)
-    results, state["most"] = [], 0
-    threads = [threading.Thread(target=lambda i=i: results.append(actor.evaluate(spec, f"later {i}")[1]))
-               for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    state["most"] = 0
+    results = _all_at_once(actor, spec, [f"later {i}" for i in range(8)])
     assert len(results) == 8 and all(r.status is Status.ACCEPTED for r in results)
     assert state["most"] == 3  # no more than three at once since, and three did run
 

@@ -146,16 +146,16 @@ class EvaluatorActor:
                 if result.harness_failure or admission.others:
                     with self._lock:
                         limit = self._limit.get(spec, self.slots)
-                        self._limit[spec] = max(1, min(limit, admission.peak - 1))
-                    if self._limit[spec] < limit:
+                        lowered = self._limit[spec] = max(1, min(limit, admission.peak - 1))
+                    if lowered < limit:
                         log.warning("%s: out of memory with %d evaluation(s) and profile(s) in flight: %d at once "
-                                    "from now on", Path(spec.reference).name, admission.peak, self._limit[spec])
+                                    "from now on", Path(spec.reference).name, admission.peak, lowered)
                 if result.harness_failure or admission.others or forgotten:
-                    first = dict(result.walls_s or {})
+                    first_s = (result.walls_s or {}).get("total", 0.0)
                     with self._admitted(spec, alone=True):
                         result = evaluator.evaluate(source)
                     # the first try's time, in the record: an evaluation that took twice is seen as such
-                    result.walls_s = {**(result.walls_s or {}), "out of memory: first try": first.get("total", 0.0)}
+                    result.walls_s = {**(result.walls_s or {}), "out of memory: first try": first_s}
             return os.getpid(), result
         finally:
             self._give_back(spec, evaluator)
