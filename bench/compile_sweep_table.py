@@ -139,9 +139,19 @@ def main() -> int:
     parser.add_argument("sweep_dir", type=Path)
     parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
     args = parser.parse_args()
-    # a run set aside to start again alone (.NNN-name.crowded, evolve.sweep) is not a row
+    # a run set aside to start again alone (.NNN-name.crowded, evolve.sweep) is a row of its own only
+    # until it has run again
     runs = sorted(p for p in args.sweep_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
+    names = {p.name for p in runs}
     rows = [run_row(p) for p in runs]
+    for aside in sorted(args.sweep_dir.glob(".*.crowded")):
+        name = aside.name[1:-len(".crowded")]
+        if name not in names:
+            first = run_row(aside)
+            rows.append({"run": name, "status": "set aside",
+                         "reason": "ran out of memory beside other runs; not yet run again alone "
+                                   f"(first try: {first['status']}: {first.get('reason', '')[:120]})"})
+    rows.sort(key=lambda row: row["run"])
 
     def ms(value: float | None) -> str:
         return "-" if value is None else f"{value:.4g}"

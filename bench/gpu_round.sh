@@ -360,7 +360,26 @@ EOF
 }
 
 sec_level1_seeds() {  # seeds: compile over the whole of level 1 at its own shapes: which problems get an accepted
-    # seed, and why the others get none (runs/kb-level1: resumable; L1_SIDE runs side by side, default 8)
+    # seed, and why the others get none (runs/kb-level1: resumable; L1_SIDE runs side by side, default 8).
+    # L1_PROBLEMS="31 34-100": only the problems with those leading numbers (copied into runs/l1-part)
+    local folder=$L1
+    if [[ -n ${L1_PROBLEMS:-} ]]; then
+        folder=$PWD/runs/l1-part
+        python3 - "$L1" "$folder" "$L1_PROBLEMS" <<'EOF' || return 1
+import pathlib, re, shutil, sys
+source, folder, spec = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), sys.argv[3].split()
+wanted = set()
+for part in spec:
+    low, _, high = part.partition("-")
+    wanted.update(range(int(low), int(high or low) + 1))
+folder.mkdir(parents=True, exist_ok=True)
+for f in source.glob("*.py"):
+    number = re.match(r"(\d+)_", f.name)
+    if number and int(number.group(1)) in wanted:
+        shutil.copy(f, folder / f.name)
+print(f"level1-seeds: {len(list(folder.glob('*.py')))} problems of {source}")
+EOF
+    fi
     cat > "$OUT/level1_seeds.yaml" <<EOF
 defaults:
   search: {population_size: 4, max_evaluations: 4, seed: 0, max_wall_time_s: 90}
@@ -368,7 +387,7 @@ defaults:
   platform: cuda
 side_by_side: ${L1_SIDE:-8}
 problems:
-  - {folder: $L1, seeds: compile}
+  - {folder: $folder, seeds: compile}
 EOF
     sweep_or_resume runs/kb-level1 "$OUT/level1_seeds.yaml" > "$OUT/level1_seeds.txt"
     timeout 120 python3 bench/compile_sweep_table.py runs/kb-level1 --json "$OUT/level1_seeds_table.json" \
