@@ -1,15 +1,13 @@
 """The evaluation protocol: one synchronous entry point.
 
-``Evaluator(reference, platform, ...)`` prepares a problem once
-(``fitness.prepared``: the reference at the main and held-out shapes, the
-cutoff check, the memory plan) and then ``evaluate(source)`` returns the
-verdict on one candidate. The candidate runs in a sandboxed worker
-(``fitness.sandbox``); its outputs reach this process on the device (IPC
-handles on a GPU, shared memory on the CPU), where this process takes its
-own copy and judges it against a reference it computes meanwhile. An
-accepted verdict carries the problem's speed of light, and one that reads
-faster than the floor is judged again with every timed run checked
-(``fitness.sol``).
+``Evaluator(reference, platform, ...)`` prepares a problem once (``fitness.prepared``:
+the reference at the main and held-out shapes, the cutoff check, the memory plan) and
+then ``evaluate(source)`` returns the verdict on one candidate. The candidate runs in a
+sandboxed worker (``fitness.sandbox``); its outputs reach this process on the device (IPC
+handles on a GPU, shared memory on the CPU), where this process takes its own copy and
+judges it against a reference it computes meanwhile. An accepted verdict carries the
+problem's speed of light; one faster than the floor is judged again with every timed run
+checked (``fitness.sol``).
 """
 
 from __future__ import annotations
@@ -21,14 +19,14 @@ import logging
 import random
 import secrets
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from fitness.channel import WorkerChannel
 from fitness.compare import Comparison, compare
 from fitness.floor import measure_peaks_alone
-from fitness.lane import NoLane, TimingLane
+from fitness.lane import NoLane, TimingLane, both
 from fitness.memory_plan import Variant
 from fitness.prepared import PreparedProblem
 from fitness.probes import Probe
@@ -349,7 +347,8 @@ class Evaluator:
         with self._timed("compare"):
             return compare(outputs, references, self.cutoff)
 
-    def profile(self, source: str, runtime_ms: float | None = None) -> dict[str, Any]:
+    def profile(self, source: str, runtime_ms: float | None = None,
+                room: Callable[[], contextlib.AbstractContextManager] | None = None) -> dict[str, Any]:
         """The profile of candidate ``source`` (a parent), as ``ProfileRecord.to_dict()``.
 
         The platform's profiler runs the candidate at the main shapes, or a
@@ -357,14 +356,16 @@ class Evaluator:
         device to itself while it uses it (the lane held exclusively, never
         during a timing); without one, or once it has failed, the record is the
         analytic roofline from ``runtime_ms`` (the evaluator's median) and says
-        why in its ``reason``. Raises ``ProblemError`` for a problem file whose
-        ``FLOPS`` is unusable.
+        why in its ``reason``. ``room()``, where given, is entered before the lane while the
+        profiled program is on the device (an actor's admission). Raises ``ProblemError`` for a
+        problem file whose ``FLOPS`` is unusable.
         """
         record = profile_candidate(self.profiler, self.prepared.reference_path, self.prepared.shapes, source,
                                    self.platform.name, getattr(self.platform, "index", 0),
                                    self.settings.profile_timeout_s, runtime_ms=runtime_ms,
                                    device_name=self.channel.device_name(), dtype=self.prepared.dtype,
-                                   exclusive=self.lane.exclusive)
+                                   exclusive=self.lane.exclusive if room is None else both(room, self.lane.exclusive),
+                                   shapes_seen=self.prepared.profile_shapes)
         return record.to_dict()
 
     @contextlib.contextmanager

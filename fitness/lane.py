@@ -103,6 +103,18 @@ class Hold:
         self.held = False
 
 
+def both(first: Callable[[], contextlib.AbstractContextManager],
+         then: Callable[[], contextlib.AbstractContextManager]) -> Callable[[], contextlib.AbstractContextManager]:
+    """A context manager factory that enters ``first()`` then ``then()``, and leaves them in reverse."""
+
+    @contextlib.contextmanager
+    def entered() -> Iterator[None]:
+        with first(), then():
+            yield
+
+    return entered
+
+
 class NoLane:
     """The lane of an evaluator alone on its device: nothing to wait for."""
 

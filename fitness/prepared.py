@@ -135,6 +135,8 @@ class PreparedProblem:
             self._note(f"no speed-of-light floor, so no SOL: {why}")
         #: The timer's own overhead as this process measures it (bounds the worker's, fitness.timing_checks).
         self.overhead_ms: float | None = None
+        #: The shape a parent's profile ended at, where it had to grow (fitness.profiling): the next starts there.
+        self.profile_shapes: dict = {}
 
     # -- the reference ------------------------------------------------------------
 

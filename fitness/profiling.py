@@ -161,7 +161,8 @@ Exclusive = Callable[[], AbstractContextManager[Any]]
 def profile_candidate(profiler: Profiler, problem_path: str | Path, shapes: dict[str, int] | None, source: str,
                       platform_name: str, device_index: int, timeout_s: float, *, runtime_ms: float | None = None,
                       device_name: str = "", runs: int = 1, warmup: int = 1, dtype: str | None = None,
-                      exclusive: Exclusive | None = None, max_bytes: int = PROFILE_MAX_BYTES) -> ProfileRecord:
+                      exclusive: Exclusive | None = None, max_bytes: int = PROFILE_MAX_BYTES,
+                      shapes_seen: dict[str, ProfileShape] | None = None) -> ProfileRecord:
     """Profile one candidate (a parent) on ``platform_name``'s device ``device_index``.
 
     ``runtime_ms`` (the evaluator's median) and ``device_name`` feed the
@@ -170,8 +171,11 @@ def profile_candidate(profiler: Profiler, problem_path: str | Path, shapes: dict
     at ``fitness.profile_shape``'s shape (reduced when the tensors take more
     than ``max_bytes``), and once more, larger, when the profiled grid leaves
     the device's units idle. ``exclusive()`` (the device's timing lane) is
-    held while the profiled program uses the device. A failing profiler never
-    raises here; a bad problem file does (``ProblemError``).
+    held while the profiled program uses the device. ``shapes_seen`` (kept by the
+    caller across a problem's parents) remembers the larger shape a profile had to take,
+    so the next parent starts there: one run of the tool instead of two, while its grid
+    still fills the device (checked again). A failing profiler never raises here; a bad
+    problem file does (``ProblemError``).
     """
     started = time.monotonic()
     shapes = dict(shapes or {})
@@ -181,7 +185,10 @@ def profile_candidate(profiler: Profiler, problem_path: str | Path, shapes: dict
                         forwards=runs if profiler.capture_region else runs + warmup)
     if profiler.disabled_reason is not None:
         return profiler.profile([], {}, None, timeout_s, workload)
-    target = profile_shape(problem_path, shapes, dtype, max_bytes)
+    first = profile_shape(problem_path, shapes, dtype, max_bytes)
+    seen_key = json.dumps([str(problem_path), shapes, dtype, max_bytes], sort_keys=True)
+    earlier = (shapes_seen or {}).get(seen_key) if first.reduced else None
+    target = earlier or first
     session = _Session(profiler, problem_path, source, platform_name, device_index, (runs, warmup, dtype),
                        exclusive or contextlib.nullcontext, workload, timeout_s)
     record = session.profile(target)
@@ -198,6 +205,11 @@ def profile_candidate(profiler: Profiler, problem_path: str | Path, shapes: dict
                 record.notes.append(f"{starved}; profiling it at {_knobs(bigger)} failed: {again.reason}")
         else:
             record.notes.append(f"{starved}; not profiled larger: this profile took over half the profiler's timeout")
+    elif earlier is not None and target is earlier and record.measured:
+        record.notes.append(f"profiled at {_knobs(target)} from the start: an earlier parent's grid filled the "
+                            "device only there")
+    if shapes_seen is not None and record.measured and target is not first and target is not earlier:
+        shapes_seen[seen_key] = target  # grown: the next parent starts at it
     return _accounted(record, target, session, shapes, time.monotonic() - started)
 
 

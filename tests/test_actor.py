@@ -98,7 +98,7 @@ def test_an_actor_closing_stops_a_profile_in_flight_and_waits_for_it():
     from platforms.profiling import runner
 
     class Profiling:  # an evaluator whose profile runs a tool that takes long
-        def profile(self, source, runtime_ms):
+        def profile(self, source, runtime_ms, room=None):
             try:
                 runner.run_tool(["sleep", "60"], None, 120.0)
             except runner.ProfilerFailure as failure:

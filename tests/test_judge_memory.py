@@ -3,6 +3,7 @@ copies through host pickles, a memory plan, and out of memory as a result."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -247,12 +248,15 @@ class _Crowded:
             with self.state["lock"]:
                 self.state["running"] -= 1
 
-    def profile(self, source: str, runtime_ms: float | None) -> dict:
-        with self.state["lock"]:
-            self.state["running"] += 1
-        time.sleep(0.3)
-        with self.state["lock"]:
-            self.state["running"] -= 1
+    def profile(self, source: str, runtime_ms: float | None, room=None) -> dict:
+        time.sleep(self.state.get("tool start-up", 0.0))  # the profiler starting: no device memory yet
+        with room() if room is not None else contextlib.nullcontext():  # the program on the device
+            with self.state["lock"]:
+                self.state["running"] += 1
+                self.state["most"] = max(self.state["most"], self.state["running"])
+            time.sleep(0.3)
+            with self.state["lock"]:
+                self.state["running"] -= 1
         return {"profiled": True}
 
     def close(self) -> None:
@@ -302,3 +306,20 @@ def test_a_profile_takes_an_evaluation_s_place_where_memory_limits_the_slots(mon
     assert actor.evaluate(spec, "child")[1].status is Status.ACCEPTED
     profiled.join()
     assert (state["most"] == 2) is overlaps  # beside the profile only where memory does not bind
+
+
+def test_a_profile_takes_an_evaluation_s_place_only_while_its_program_is_on_the_device(monkeypatch):
+    """The tool's start-up and its report hold no device memory: evaluations go on meanwhile (on the
+    H200, four profiles in flight whole held the places of a real-size run's evaluations for 20 s)."""
+    actor, spec, state = _crowded_actor(monkeypatch, slots=6)
+    actor.evaluate(spec, "first")
+    actor._limit[spec] = 1  # memory binds: one at a time
+    state["tool start-up"] = 0.6
+    profiled = threading.Thread(target=actor.profile, args=(spec, "parent", 1.0))
+    profiled.start()
+    time.sleep(0.1)  # the tool is starting
+    started = time.monotonic()
+    assert actor.evaluate(spec, "child")[1].status is Status.ACCEPTED
+    assert time.monotonic() - started < 0.4  # not behind the profile's start-up
+    profiled.join()
+    assert state["most"] == 1  # and never beside the profiled program

@@ -241,10 +241,11 @@ class GridOf(profilers_module.Profiler):
         return record
 
 
-def _profile_large_softmax(profiler):
+def _profile_large_softmax(profiler, shapes_seen=None, dim=4096):
     source = (PROBLEMS / "softmax" / "seed.py").read_text()
-    return profile_candidate(profiler, PROBLEMS / "softmax" / "reference.py", {"batch_size": 4096, "dim": 4096},
-                             source, "cpu", 0, 120.0, runtime_ms=0.2, device_name="NVIDIA H200", max_bytes=8 << 20)
+    return profile_candidate(profiler, PROBLEMS / "softmax" / "reference.py", {"batch_size": 4096, "dim": dim},
+                             source, "cpu", 0, 120.0, runtime_ms=0.2, device_name="NVIDIA H200", max_bytes=8 << 20,
+                             shapes_seen=shapes_seen)
 
 
 def test_a_grid_too_small_for_the_device_is_profiled_again_larger():
@@ -256,6 +257,31 @@ def test_a_grid_too_small_for_the_device_is_profiled_again_larger():
     assert any("profiled again at batch_size=1056" in note for note in record.notes)
     assert record.cost["tool_runs"] == 4 and "Profiled at a reduced shape (batch_size=1056 of 4096" in record.summary
     assert any("datasheet's DRAM bandwidth" in note for note in record.notes)  # the own shape's roofline beside
+
+
+def test_the_next_parent_starts_at_the_shape_the_last_had_to_grow_to():
+    """On the H200, 23_Softmax's parents each took two runs of ncu (reduced, then grown): the second
+    parent on starts at the grown shape, and is still checked."""
+    seen: dict = {}
+    profiler = GridOf(lambda rows: rows)
+    first = _profile_large_softmax(profiler, seen)
+    second = _profile_large_softmax(profiler, seen)
+    assert profiler.sizes == [256, 1056, 1056]  # one run for the second parent
+    assert first.shapes == second.shapes == {"batch_size": 1056, "dim": 4096}
+    assert second.cost["tool_runs"] == 2 and any("from the start" in note for note in second.notes)
+    other = _profile_large_softmax(profiler, seen, dim=2048)  # other shapes: their own start
+    assert profiler.sizes[3] != 1056 and other.measured
+
+
+def test_a_parent_whose_grid_is_smaller_still_grows_from_where_the_last_ended():
+    seen: dict = {}
+    two_a_row = GridOf(lambda rows: 2 * rows)
+    _profile_large_softmax(two_a_row, seen)
+    assert two_a_row.sizes == [256, 528]  # 512 blocks: grown to 1056 blocks
+    one_a_row = GridOf(lambda rows: rows)
+    record = _profile_large_softmax(one_a_row, seen)
+    assert one_a_row.sizes == [528, 1056] and record.shapes["batch_size"] == 1056
+    assert _profile_large_softmax(GridOf(lambda rows: rows), seen).shapes["batch_size"] == 1056
 
 
 def test_a_grid_that_does_not_follow_the_rows_is_not_profiled_again():

@@ -80,8 +80,8 @@ class EvaluatorActor:
     itself, and the actor keeps fewer in flight from then on: one fewer than
     the most that were in flight beside it (never lower than that, so that
     several running out together do not each take one off). Where memory
-    limits the slots, a hardware profile in flight counts as an evaluation:
-    its program holds device memory too.
+    limits the slots, a hardware profile counts as an evaluation while its
+    program is on the device: it holds device memory too.
     One that runs out while other problems' evaluators sit idle (a sweep with
     problems side by side) is tried once more after those are closed and
     their memory given back.
@@ -197,15 +197,14 @@ class EvaluatorActor:
             with self._lock:
                 built = self._all.get(spec)
                 evaluator = built[0] if built else None
-            # where memory limits the evaluations at once, the profiled program takes one's place
-            room = self._admitted(spec) if self._memory_bound(spec) else contextlib.nullcontext()
+            # where memory limits the evaluations at once, the profiled program takes one's place while
+            # it is on the device (not while the tool starts or reads its report: that holds no memory)
+            room = (lambda: self._admitted(spec)) if self._memory_bound(spec) else None
             if evaluator is not None:
-                with room:
-                    return evaluator.profile(source, runtime_ms)
+                return evaluator.profile(source, runtime_ms, room=room)
             evaluator = self._take(spec)
             try:
-                with room:
-                    return evaluator.profile(source, runtime_ms)
+                return evaluator.profile(source, runtime_ms, room=room)
             finally:
                 self._give_back(spec, evaluator)
         finally:
