@@ -323,3 +323,23 @@ def test_a_profile_takes_an_evaluation_s_place_only_while_its_program_is_on_the_
     assert time.monotonic() - started < 0.4  # not behind the profile's start-up
     profiled.join()
     assert state["most"] == 1  # and never beside the profiled program
+
+
+def test_a_lowered_limit_rises_after_evaluations_that_fit_and_stays_once_a_rise_ran_out(monkeypatch):
+    """Out of memory may be passing (profiles, another problem's work): the limit comes back up, one at a
+    time, but not again to where it ran out after coming back."""
+    import evolve.dispatch.actor as actor_module
+
+    monkeypatch.setattr(actor_module, "RISE_AFTER", 2)
+    actor, spec, state = _crowded_actor(monkeypatch, slots=6)
+    _all_at_once(actor, spec, [f"together a{i}" for i in range(4)])
+    assert actor._limit[spec] == 3
+    for i in range(2):
+        assert actor.evaluate(spec, f"alone {i}")[1].status is Status.ACCEPTED
+    assert actor._limit[spec] == 4  # two in a row that fit: one more at once
+    crowd = _all_at_once(actor, spec, [f"together b{i}" for i in range(4)])  # four at once run out again
+    assert len(crowd) == 4 and all(r.status is Status.ACCEPTED for r in crowd)
+    assert actor._limit[spec] == 3
+    for i in range(6):
+        actor.evaluate(spec, f"after {i}")
+    assert actor._limit[spec] == 3  # it rose to four and ran out there: three from now on

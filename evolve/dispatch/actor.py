@@ -26,6 +26,9 @@ from platforms import PlatformUnavailable
 
 log = logging.getLogger(__name__)
 
+#: Evaluations in a row without running out of memory after which a lowered limit rises by one.
+RISE_AFTER = 16
+
 
 @dataclasses.dataclass(frozen=True, eq=True)
 class EvaluatorSpec:
@@ -79,7 +82,9 @@ class EvaluatorActor:
     out while others are in flight, is tried once more with the device to
     itself, and the actor keeps fewer in flight from then on: one fewer than
     the most that were in flight beside it (never lower than that, so that
-    several running out together do not each take one off). Where memory
+    several running out together do not each take one off). After
+    ``RISE_AFTER`` evaluations in a row that fit, the limit rises by one, up
+    to the plan's, but not again to a level where it ran out after rising. Where memory
     limits the slots, a hardware profile counts as an evaluation while its
     program is on the device: it holds device memory too.
     One that runs out while other problems' evaluators sit idle (a sweep with
@@ -103,6 +108,11 @@ class EvaluatorActor:
         self._in_flight = 0  # evaluations (and, where memory binds, profiles) on the device
         self._admissions: set[_Admission] = set()
         self._limit: dict[EvaluatorSpec, int] = {}  # evaluations at once, per problem
+        # the most a lowered limit may rise back to (the plan's; less once a rise ran out of memory), and
+        # the evaluations that ended without running out of memory since the limit last moved
+        self._ceiling: dict[EvaluatorSpec, int] = {}
+        self._clean: dict[EvaluatorSpec, int] = {}
+        self._rose: set[EvaluatorSpec] = set()  # the limit rose since it was last lowered
         self._prepared: dict[EvaluatorSpec, PreparedProblem] = {}
         self._preparing = threading.Lock()  # one problem is prepared once, not once per slot
         self._lock = threading.Lock()
@@ -147,6 +157,10 @@ class EvaluatorActor:
                     with self._lock:
                         limit = self._limit.get(spec, self.slots)
                         lowered = self._limit[spec] = max(1, min(limit, admission.peak - 1))
+                        self._clean[spec] = 0
+                        if spec in self._rose and lowered < limit:
+                            self._ceiling[spec] = lowered  # it rose and ran out again: it stays here
+                        self._rose.discard(spec)
                     if lowered < limit:
                         log.warning("%s: out of memory with %d evaluation(s) and profile(s) in flight: %d at once "
                                     "from now on", Path(spec.reference).name, admission.peak, lowered)
@@ -156,6 +170,8 @@ class EvaluatorActor:
                         result = evaluator.evaluate(source)
                     # the first try's time, in the record: an evaluation that took twice is seen as such
                     result.walls_s = {**(result.walls_s or {}), "out of memory: first try": first_s}
+            else:
+                self._rise_after_clean(spec)
             return os.getpid(), result
         finally:
             self._give_back(spec, evaluator)
@@ -179,6 +195,23 @@ class EvaluatorActor:
                 self._in_flight -= 1
                 self._admissions.discard(admission)
                 self._gate.notify_all()
+
+    def _rise_after_clean(self, spec: EvaluatorSpec) -> None:
+        """A limit lowered for memory rises by one after ``RISE_AFTER`` evaluations in a row that did not
+        run out (a crowd of profiles or of another problem's work may have been passing), up to the plan's."""
+        with self._lock:
+            limit, ceiling = self._limit.get(spec), self._ceiling.get(spec)
+            if limit is None or ceiling is None or limit >= ceiling:
+                return
+            self._clean[spec] = self._clean.get(spec, 0) + 1
+            if self._clean[spec] < RISE_AFTER:
+                return
+            self._limit[spec], self._clean[spec] = limit + 1, 0
+            self._rose.add(spec)  # a rise that runs out of memory again fixes the ceiling
+        log.warning("%s: %d evaluations without running out of memory: %d at once again",
+                    Path(spec.reference).name, RISE_AFTER, limit + 1)
+        with self._gate:
+            self._gate.notify_all()
 
     def _memory_bound(self, spec: EvaluatorSpec) -> bool:
         """Whether the device's memory, not the slots, limits ``spec``'s evaluations at once."""
@@ -257,7 +290,7 @@ class EvaluatorActor:
                     self._prepared[spec] = evaluator.prepared
                     fit = evaluator.prepared.slots_that_fit(self.slots)
                     with self._lock:
-                        self._limit[spec] = fit
+                        self._limit[spec] = self._ceiling[spec] = fit
         except (ProblemError, CutoffError, PlatformUnavailable) as exc:
             with self._lock:
                 self._errors[spec] = exc
@@ -305,4 +338,6 @@ class EvaluatorActor:
                 evaluator.close()
             self._all.pop(spec)
             self._prepared.pop(spec, None)  # busy evaluators keep theirs until they are closed
-            self._limit.pop(spec, None)
+            for kept in (self._limit, self._ceiling, self._clean):
+                kept.pop(spec, None)
+            self._rose.discard(spec)
