@@ -9,7 +9,7 @@
 #   bash bench/gpu_round.sh coverage               # level 1 prepared at own shapes: footprint and slots a problem
 #   bash bench/gpu_round.sh seeds sol-sweep        # kevo seed + verify at own shapes (SEED_PROBLEMS: those only); a sweep that stops at SOL
 #   bash bench/gpu_round.sh fixtures               # Inductor's GPU output under each configuration; seed --all
-#   bash bench/gpu_round.sh stream real-size       # a 48-variant cold stream; 23_Softmax at its own shapes (RS_PROBLEM, RS_SLOTS, RS_COMPILE_S)
+#   bash bench/gpu_round.sh stream real-size       # a 48-variant cold stream; 23_Softmax at its own shapes (RS_PROBLEM, RS_SLOTS, RS_COMPILE_S, RS_PROFILE_SHARE)
 #   bash bench/gpu_round.sh stream-budget          # the cold stream with each compile cut at 8 s (STREAM_COMPILE_S)
 #   bash bench/gpu_round.sh breakdown              # where an evaluation's time goes, at real size (REAL_ONLY=1: only) and cold
 #   bash bench/gpu_round.sh spy-stream spy-real    # the same, sampled by py-spy: where every process's threads wait
@@ -214,6 +214,7 @@ platform: cuda
 cluster: {slots: ${RS_SLOTS:-null}}
 EOF
     [[ -n ${RS_COMPILE_S:-} ]] && echo "fitness: {compile_timeout_s: $RS_COMPILE_S}" >> "$OUT/softmax.yaml"
+    [[ -n ${RS_PROFILE_SHARE:-} ]] && echo "profiler: {max_device_share: $RS_PROFILE_SHARE}" >> "$OUT/softmax.yaml"
     local t0=$(date +%s)
     timeout "$(left)" python3 -m evolve.cli run "$OUT/softmax.yaml" --run-dir "$OUT/softmax"
     echo "kevo run wall $(( $(date +%s) - t0 )) s"

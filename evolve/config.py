@@ -120,6 +120,7 @@ class ProfilerConfig:
     ncu_bin_path: Path | None = None  # None: ncu on PATH, /usr/local/cuda/bin, /opt/nvidia/nsight-compute
     rocprof_bin_path: Path | None = None  # None: rocprofv3, rocprofv2, rocprof on PATH or in /opt/rocm/bin
     timeout_s: float = 300.0  # per profiler call
+    max_device_share: float | None = None  # of the search's wall time, the profiled programs on the device
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,14 +149,11 @@ class LlmConfig:
 @dataclasses.dataclass(frozen=True)
 class ClusterConfig:
     address: str | None = None  # an existing Ray cluster to join; None: start a local, loopback-only one
-    # Evaluator actors (Ray): None is one per GPU, and no Ray at all on platform cpu;
-    # 0 evaluates in this process, without Ray; n > 0 runs n actors (CPU actors on platform cpu).
-    actors: int | None = None
-    # Candidates one actor evaluates at once; None: 3 on a GPU (two compile and
-    # check while one is timed, alone on the device), 1 on the CPU.
+    # Evaluator actors (Ray): None is one per GPU, no Ray at all on platform cpu; 0 evaluates in this process
+    actors: int | None = None  # without Ray; n > 0 runs n actors (CPU actors on platform cpu)
+    # Candidates an actor evaluates at once; None: 3 on a GPU (two compile and check while one is timed), 1 on CPU
     slots: int | None = None
-    # Seconds between looks for nodes that joined (they get actors) or were lost (candidates requeued).
-    node_check_s: float = 5.0
+    node_check_s: float = 5.0  # seconds between looks for nodes that joined (they get actors) or were lost
 
 
 @dataclasses.dataclass(frozen=True)
@@ -327,7 +325,9 @@ def _check_values(config: Config, origin: str) -> None:
         section, name = key.split(".")
         value = getattr(getattr(config, section), name)
         require(value is None or value > 0, key, "must be positive")
-    require(search.stop_at_sol is None or 0 < search.stop_at_sol <= 1, "search.stop_at_sol", "must be in (0, 1]")
+    for key, share in (("search.stop_at_sol", search.stop_at_sol),
+                       ("profiler.max_device_share", config.profiler.max_device_share)):
+        require(share is None or 0 < share <= 1, key, "must be in (0, 1]")
     require(search.confirm_rounds is None or search.confirm_rounds >= 0, "search.confirm_rounds", "must be >= 0")
     require(config.cluster.actors is None or config.cluster.actors >= 0, "cluster.actors",
             "must be 0 (evaluate in this process), a positive number of actors, or left out (one per GPU)")

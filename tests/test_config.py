@@ -98,6 +98,7 @@ def test_the_resolved_config_reads_back_unchanged(tmp_path):
     ("operators:\n  weights: {llm_mutant: 1.0}\n", "'llm_mutant' is not one of parametric_mutation, parametric_crossover, llm_mutation, llm_crossover"),
     ("operators:\n  bias: 1\n", "operators.bias: expected true or false, got 1"),
     ("profiler:\n  timeout_s: 0\n", "profiler.timeout_s: must be positive"),
+    ("profiler:\n  max_device_share: 1.5\n", "profiler.max_device_share: must be in (0, 1]"),
     ("profiler:\n  ncu: /usr/bin/ncu\n", "unknown key 'profiler.ncu'"),
     ("operators:\n  weights: {parametric_mutation: 0}\n", "operators.weights"),
     ("operators:\n  space: {softmax_kernel.num_warps: 4}\n", "operators.space.softmax_kernel.num_warps: expected a list, got 4"),

@@ -186,3 +186,41 @@ def test_llm_operators_are_not_drawn_without_the_llm():
     steering = Steering(OperatorsConfig(weights={OperatorName.LLM_MUTATION: 1.0}), random.Random(0))
     assert {steering.choose(MEMORY_BOUND, llm=False) for _ in range(20)} == {MUTATION}  # the budget is spent
     assert {steering.choose(MEMORY_BOUND, llm=True) for _ in range(20)} == {"llm_mutation"}
+
+
+def test_profiling_holds_the_device_no_longer_than_its_share_of_the_search(tmp_path):
+    """``profiler.max_device_share``: on the H200, 23_Softmax's parents held the device 18 s of a 66 s run."""
+    from evolve.search.population import Candidate
+    from evolve.search.steering import ParentProfiles
+
+    class Later:  # a pool that profiles in the background: records land when the test says
+        def __init__(self) -> None:
+            self.sent: list[str] = []
+            self.landed: set[str] = set()
+
+        def profile_later(self, source, runtime_ms):
+            self.sent.append(source)
+            return source
+
+        def profile_result(self, handle):
+            done = handle in self.landed
+            return done, ({"tool": "ncu", "bottleneck": MEMORY_BOUND, "cost": {"device_s": 2.0}} if done else None)
+
+    now = [0.0]
+    pool = Later()
+    with RunStore.create(tmp_path / "run.sqlite", {"problem": {}}) as store:
+        profiles = ParentProfiles(store, pool, max_device_share=0.25, clock=lambda: now[0])
+        parents = [Candidate(i, f"kernel {i}", source_hash(f"kernel {i}"), {}, 0, 0) for i in range(4)]
+        profiles.take(parents)
+        assert pool.sent == ["kernel 0"]  # its cost unknown: one at a time
+        now[0] = 1.0
+        pool.landed.add("kernel 0")
+        profiles.take(parents)
+        assert pool.sent == ["kernel 0"]  # 2 s of device in 1 s: over a quarter
+        assert profiles.bottleneck(parents[0]) == MEMORY_BOUND and profiles.bottleneck(parents[1]) == UNKNOWN
+        now[0] = 16.0  # 4 s, that one and the next, fit in a quarter of 16 s; a third would not
+        profiles.take(parents)
+        assert pool.sent == ["kernel 0", "kernel 1"]
+        unbounded = ParentProfiles(store, Later(), clock=lambda: now[0])
+        unbounded.take(parents[1:])
+        assert unbounded.dispatcher.sent == ["kernel 1", "kernel 2", "kernel 3"]  # no share: every parent at once

@@ -274,7 +274,8 @@ def _breeder(search: Search, state: LoopState, rng: random.Random) -> Breeder:
         llm = LlmOperators(search.proposer, search.store, llm_cfg.concurrency, llm_cfg.max_cost_usd,
                            state.llm_samples, state.llm_exhausted, [Ask.from_dict(a) for a in state.llm_asks])
     uses_llm = llm is not None and any(w > 0 for op, w in operators.weights.items() if op.needs_llm)
-    profiles = ParentProfiles(search.store, search.dispatcher, needed=operators.bias or uses_llm)
+    profiles = ParentProfiles(search.store, search.dispatcher, needed=operators.bias or uses_llm,
+                              max_device_share=search.config.profiler.max_device_share)
     history = History.from_store(search.store, state.last_id, state.in_flight, search.config.problem.dtype)
     return Breeder(rng, operators, search.space, steering, profiles, llm, history, llm_cfg.repair_turns)
 

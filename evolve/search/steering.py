@@ -30,7 +30,8 @@ import collections
 import dataclasses
 import logging
 import random
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from evolve.config import OperatorName, OperatorsConfig
@@ -48,13 +49,26 @@ FALLBACK_EVENT = "profiler_fallback"
 
 
 class ParentProfiles:
-    """Profile records of the run's parents, each source profiled once, kept in the store."""
+    """Profile records of the run's parents, each source profiled once, kept in the store.
 
-    def __init__(self, store: RunStore, dispatcher: Dispatcher, needed: bool = True) -> None:
+    ``max_device_share`` (``profiler.max_device_share``) caps the device time
+    the profiled programs hold, as a share of the wall time since this process
+    began the search: a parent is sent to be profiled only while the device
+    seconds of the profiles landed, and of those in flight at their mean, stay
+    within it (before any has landed, one at a time). A parent held back is
+    ``unknown`` meanwhile, and is sent once there is room, if it is still a
+    parent then.
+    """
+
+    def __init__(self, store: RunStore, dispatcher: Dispatcher, needed: bool = True,
+                 max_device_share: float | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.store, self.dispatcher, self.needed = store, dispatcher, needed
         self._records: dict[str, dict[str, Any]] = store.profiles()
         self._told = {e["data"].get("reason") for e in store.events(FALLBACK_EVENT)}
         self._pending: dict[str, Any] = {}  # source hash -> handle of a profile under way
+        self.share, self.clock = max_device_share, clock
+        self.started = clock()
+        self._device_s: list[float] = []  # of the profiles landed in this process
 
     def take(self, parents: Iterable[Candidate]) -> None:
         """Have the ``parents`` without a profile profiled, and store the records that are in.
@@ -67,6 +81,8 @@ class ParentProfiles:
             return
         for parent in {p.source_hash: p for p in parents}.values():
             if parent.source_hash not in self._records and parent.source_hash not in self._pending:
+                if not self._room():
+                    break
                 self._pending[parent.source_hash] = self.dispatcher.profile_later(parent.source, parent.runtime_ms)
         for source_hash, handle in list(self._pending.items()):
             done, record = self.dispatcher.profile_result(handle)
@@ -75,9 +91,19 @@ class ParentProfiles:
             del self._pending[source_hash]
             if record is None:  # this dispatcher cannot profile, or lost the profile: try again next time
                 continue
+            self._device_s.append(float((record.get("cost") or {}).get("device_s") or 0.0))
             self._records[source_hash] = record
             self.store.put_profile(source_hash, record)
             self._tell(record)
+
+    def _room(self) -> bool:
+        """Whether one more profile fits in ``max_device_share`` of the device's time so far."""
+        if self.share is None:
+            return True
+        if not self._device_s:
+            return not self._pending  # the first one's cost is not known yet: one at a time
+        each = sum(self._device_s) / len(self._device_s)
+        return sum(self._device_s) + each * (len(self._pending) + 1) <= self.share * (self.clock() - self.started)
 
     def record(self, parent: Candidate) -> dict[str, Any] | None:
         """``parent``'s profile record (``ProfileRecord.to_dict()``), or None when it has none."""
