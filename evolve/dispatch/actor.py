@@ -84,9 +84,9 @@ class EvaluatorActor:
     the most that were in flight beside it (never lower than that, so that
     several running out together do not each take one off). After
     ``RISE_AFTER`` evaluations in a row that fit, the limit rises by one, up
-    to the plan's, but not again to a level where it ran out after rising. Where memory
-    limits the slots, a hardware profile counts as an evaluation while its
-    program is on the device: it holds device memory too.
+    to the plan's, but not again to a level where it ran out after rising.
+    Where memory limits the slots, a hardware profile counts as an
+    evaluation while its program is on the device: it holds memory too.
     One that runs out while other problems' evaluators sit idle (a sweep with
     problems side by side) is tried once more after those are closed and
     their memory given back.
