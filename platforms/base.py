@@ -190,6 +190,10 @@ class Platform(abc.ABC):
     def free_memory(self) -> int:
         """Bytes the device could still allocate."""
 
+    def total_memory(self) -> int | None:
+        """Bytes the device has in all; None where that is not known."""
+        return None
+
     def specs(self) -> dict[str, Any]:
         """What is known of the hardware (see ``platforms.specs``)."""
         from platforms.specs import lookup

@@ -152,6 +152,11 @@ class CudaPlatform(Platform):
         free, _total = torch.cuda.mem_get_info(self.index)
         return free + torch.cuda.memory_reserved(self.index) - torch.cuda.memory_allocated(self.index)
 
+    def total_memory(self) -> int | None:
+        import torch
+
+        return int(torch.cuda.mem_get_info(self.index)[1])
+
     def warm_up(self) -> None:
         import torch
 

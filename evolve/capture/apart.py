@@ -26,6 +26,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from evolve.capture.room import WAIT_S as MEMORY_WAIT_S
+
 #: How long one child may take (all of a problem's configurations, max-autotune's benchmarks included).
 TIMEOUT_S = 3600.0
 
@@ -42,8 +44,9 @@ def compile_seeds_apart(problem_path: str | Path, device: str = "cuda", shapes: 
     same seeds, or the same ``SeedError``."""
     from evolve.capture.seed import CompiledSeed, SeedError
 
+    # beside other runs' work, a configuration that runs out of memory waits for it (evolve.capture.room)
     request = {"problem_path": str(Path(problem_path).resolve()), "device": device, "shapes": shapes,
-               "dtype": dtype, "variants": variants, "limit": limit}
+               "dtype": dtype, "variants": variants, "limit": limit, "memory_wait_s": MEMORY_WAIT_S}
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")]))}
     # named after this process: a driver killed meanwhile leaves it to the next start (fitness.sandbox)

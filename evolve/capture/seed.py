@@ -118,14 +118,17 @@ def compile_seed(problem_path: str | Path, device: str = "cuda", shapes: dict[st
 
 def compile_seeds(problem_path: str | Path, device: str = "cuda", shapes: dict[str, int] | None = None,
                   dtype: str | None = None, variants: list[str] | None = None,
-                  limit: int | None = None) -> list[CompiledSeed]:
+                  limit: int | None = None, memory_wait_s: float = 0.0) -> list[CompiledSeed]:
     """One seed per distinct program Inductor writes for the problem under ``variants`` (all of
     ``VARIANTS`` if None, in that order), on ``device`` (see the module doc); where ``compile_seed``
     gives a seed, the first is that one. ``SeedError`` if none. ``device="cpu"`` captures Inductor's Triton
     backend for the CPU under the interpreter (the process needs ``TRITON_INTERPRET=1`` from its start).
     ``limit``: the configurations after the one that gives the ``limit``-th distinct seed are not
-    captured (a run evaluates no more seeds than its budget)."""
+    captured (a run evaluates no more seeds than its budget). ``memory_wait_s`` > 0: a configuration
+    that runs out of device memory waits up to that long for it and is captured once more
+    (``evolve.capture.room``; a sweep's runs side by side)."""
     from evolve.capture.inductor import VARIANTS, capture
+    from evolve.capture.room import captured_with_room
 
     from operators.seeds.variants import distinct
 
@@ -153,7 +156,9 @@ def compile_seeds(problem_path: str | Path, device: str = "cuda", shapes: dict[s
             skipped.append((name, why_not))
             continue
         try:
-            recording = capture(problem_path, device=device, shapes=shapes, dtype=dtype, variant=name)
+            recording = captured_with_room(
+                lambda: capture(problem_path, device=device, shapes=shapes, dtype=dtype, variant=name),
+                problem_path, shapes, dtype, memory_wait_s if device != "cpu" else 0.0, lambda: _release(device))
         except Exception as exc:  # compiling the user's model: any error is the problem's
             reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
             skipped.append((name, f"torch.compile failed: {type(exc).__name__}: {reason}"))

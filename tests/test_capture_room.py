@@ -1,0 +1,75 @@
+"""A sweep's capture that runs out of device memory beside other runs waits for the memory, then tries once more."""
+
+from __future__ import annotations
+
+import pytest
+
+from evolve.capture import room
+from tests.conftest import PROBLEMS
+from tests.test_seed_variants import MSE, problem_file, replay
+
+GB = 1 << 30
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_the_wait_ends_when_the_memory_is_there_or_at_its_limit():
+    clock = Clock()
+    frees = iter([1 * GB, 2 * GB, 9 * GB])
+    assert room.wait_for(8 * GB, lambda: (next(frees), 140 * GB), 60, clock.sleep, clock)
+    assert clock.now == 2 * room.POLL_S  # two looks short of it, then enough
+    clock = Clock()
+    assert not room.wait_for(8 * GB, lambda: (1 * GB, 140 * GB), 60, clock.sleep, clock)
+    assert 60 <= clock.now <= 60 + room.POLL_S
+    clock = Clock()
+    assert not room.wait_for(200 * GB, lambda: (1 * GB, 140 * GB), 60, clock.sleep, clock)  # never on this device
+    assert clock.now == 0
+
+
+def test_a_capture_needs_the_inputs_and_two_sets_of_outputs():
+    need = room.capture_bytes(PROBLEMS / "softmax" / "reference.py", {"batch_size": 4, "dim": 100}, None)
+    assert need == 3 * 4 * 100 * 4  # x, eager's softmax and the compiled program's, in fp32
+
+
+def test_out_of_memory_is_told_from_other_failures():
+    assert room.out_of_memory(RuntimeError("CUDA out of memory. Tried to allocate 7.00 GiB"))
+    assert room.out_of_memory(type("OutOfMemoryError", (Exception,), {})("cuda"))
+    assert not room.out_of_memory(RuntimeError("an illegal memory access was encountered"))
+
+
+@pytest.mark.parametrize("wait_s, again", [(30.0, True), (0.0, False)])
+def test_a_configuration_that_ran_out_beside_others_is_captured_again_once_there_is_room(monkeypatch, wait_s, again):
+    from evolve.capture import inductor, seed
+
+    tried: list[str] = []
+    replaying = replay(tried)
+
+    def crowded(path, **kwargs):
+        if kwargs.get("variant") == "default" and tried.count("default") == 0:
+            tried.append("default")
+            raise RuntimeError("CUDA out of memory. Tried to allocate 7.00 GiB. GPU 0 has 1.06 GiB free")
+        return replaying(path, **kwargs)
+
+    monkeypatch.setattr(inductor, "capture", crowded)
+    monkeypatch.setattr(seed, "_require_gpu", lambda device: None)
+    monkeypatch.setattr(seed, "_release", lambda device: None)
+    frees = iter([1 * GB] + [100 * GB] * 10)
+    monkeypatch.setattr(room, "_device_memory", lambda: (next(frees), 140 * GB))
+    monkeypatch.setattr(room, "POLL_S", 0.01)
+    seeds = seed.compile_seeds(problem_file(MSE), device="cuda", memory_wait_s=wait_s)
+    assert tried.count("default") == (2 if again else 1)
+    skipped = dict(seeds[0].skipped)
+    if again:
+        assert seeds[0].variant == "default" and "default" not in skipped
+        assert seeds[0].recording["memory_wait_s"] >= 0  # the run keeps the wait
+    else:
+        assert "out of memory" in skipped["default"] and seeds[0].variant != "default"
