@@ -205,7 +205,7 @@ def profile_candidate(profiler: Profiler, problem_path: str | Path, shapes: dict
                 record.notes.append(f"{starved}; profiling it at {_knobs(bigger)} failed: {again.reason}")
         else:
             record.notes.append(f"{starved}; not profiled larger: this profile took over half the profiler's timeout")
-    elif earlier is not None and target is earlier and record.measured:
+    elif earlier is not None and record.measured:  # not grown: still the earlier parent's shape
         record.notes.append(f"profiled at {_knobs(target)} from the start: an earlier parent's grid filled the "
                             "device only there")
     if shapes_seen is not None and record.measured and target is not first and target is not earlier:

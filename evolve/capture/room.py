@@ -23,6 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from fitness.refusal import out_of_memory  # torch's, or Inductor's wrapping of it
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -31,12 +33,6 @@ T = TypeVar("T")
 WAIT_S = 180.0
 #: Seconds between looks at the device's free memory.
 POLL_S = 2.0
-
-
-def out_of_memory(exc: BaseException) -> bool:
-    """Whether ``exc`` (torch's, or Inductor's wrapping of it) says the device ran out of memory."""
-    text = f"{type(exc).__name__}: {exc}".lower()
-    return "out of memory" in text or "outofmemoryerror" in text
 
 
 def capture_bytes(problem_path: str | Path, shapes: dict[str, int] | None, dtype: str | None) -> int | None:
