@@ -136,7 +136,7 @@ def _timer_objects(platform) -> dict[str, tuple[Any, str]]:
             if id(value) in own and not name.startswith("__"):
                 watched.setdefault(f"{module_name}.{name}", (module, name))
     for cls, methods in ((timeline.DeviceTimeline, ("__init__", "__enter__", "__exit__", "run", "spans", "runs")),
-                         (timing.Timing, ("__init__",)), (timing.TimingSettings, ("__init__",))):
+                         (timing.Timing, ("__init__",)), (timing.TimingSettings, ("__init__", "window_runs"))):
         for method in methods:
             watched[f"{cls.__name__}.{method}"] = (cls, method)
     for module, names in _TIMER_STDLIB:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import statistics
 import time
 from typing import Any, Callable, Protocol
@@ -34,6 +35,24 @@ class TimingSettings:
     min_runs: int = 10
     max_runs: int = 1000
     device_trace: bool = True  # time from the device's activity trace where the platform has one
+    # ``min_runs`` holds while that many runs, each with its preparation and checks as the warm-up
+    # measured them, fit in ``min_runs_ms``; past it, as many as fit, but never fewer than
+    # ``least_runs`` (0: ``min_runs`` always holds). Runs of kernels on gigabytes, each drawing
+    # fresh inputs and judged as it ends, take tens of ms where the kernel takes a few.
+    min_runs_ms: float = 0.0
+    least_runs: int = 5
+
+    def window_runs(self, per_run_ms: float) -> int:
+        """Runs in the window, given one run's wall time (preparation and checks included).
+
+        >>> s = TimingSettings(window_ms=10, min_runs=12, min_runs_ms=60, least_runs=5)
+        >>> s.window_runs(0.1), s.window_runs(2.0), s.window_runs(10.0), s.window_runs(30.0)
+        (100, 12, 6, 5)
+        """
+        least = self.min_runs
+        if self.min_runs_ms > 0 and per_run_ms * least > self.min_runs_ms:
+            least = min(least, max(self.least_runs, math.ceil(self.min_runs_ms / per_run_ms)))
+        return max(least, min(self.max_runs, int(self.window_ms / max(per_run_ms, 1e-3))))
 
 
 @dataclasses.dataclass
@@ -178,9 +197,7 @@ def time_runs(
         del args
         n_warm += 1
     platform.synchronize()
-    per_run = (clock() - warm_start) * 1e3 / n_warm
-    n_runs = int(settings.window_ms / max(per_run, 1e-3))
-    n_runs = max(settings.min_runs, min(settings.max_runs, n_runs))
+    n_runs = settings.window_runs((clock() - warm_start) * 1e3 / n_warm)
     window(n_runs)
     timeline = platform.device_trace() if settings.device_trace else None
     marks, walls = [], []
