@@ -120,7 +120,7 @@ class ProfilerConfig:
     ncu_bin_path: Path | None = None  # None: ncu on PATH, /usr/local/cuda/bin, /opt/nvidia/nsight-compute
     rocprof_bin_path: Path | None = None  # None: rocprofv3, rocprofv2, rocprof on PATH or in /opt/rocm/bin
     timeout_s: float = 300.0  # per profiler call
-    max_device_share: float | None = None  # of the search's wall time, the profiled programs on the device
+    max_device_share: float | None = 0.25  # of the search's wall time, the profiled programs on the device (None: no cap)
 
 
 @dataclasses.dataclass(frozen=True)

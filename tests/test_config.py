@@ -170,3 +170,9 @@ def test_cli_config_errors_exit_2_with_one_line(tmp_path):
                                    + ", ".join(SearchConfig.__dataclass_fields__) + ")")
     assert done.stdout == ""
     assert not (tmp_path / "r").exists()  # nothing is created for a config that cannot run
+
+
+def test_profiles_hold_the_device_a_quarter_of_the_time_unless_told_otherwise(tmp_path):
+    assert load_config(write(tmp_path, MINIMAL)).profiler.max_device_share == 0.25
+    uncapped = load_config(write(tmp_path, MINIMAL + "profiler:\n  max_device_share: null\n"))
+    assert uncapped.profiler.max_device_share is None
