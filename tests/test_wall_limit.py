@@ -46,6 +46,18 @@ def test_a_run_ends_within_its_wall_limit_plus_one_evaluation_and_a_resume_evalu
         assert store.events("stopped")[-1]["data"]["not_evaluated"] == []
 
 
+def test_a_budget_spent_before_the_limit_but_waited_for_past_it_says_the_limit_stopped_it(tmp_path):
+    # seen on the H200: "max_evaluations reached (4)" with two of the four left pending at the limit
+    config = make_config(population_size=8, max_evaluations=3, max_wall_time_s=0.5)
+    path = tmp_path / "run.sqlite"
+    reason = drive(path, config, SlowEvaluator())
+    assert reason.startswith("max_wall_time_s reached") and "(max_evaluations reached (3))" in reason, reason
+    with RunStore.open(path, readonly=True) as store:
+        stopped = store.events("stopped")[-1]["data"]
+    assert stopped["not_evaluated"] and stopped["reason"] == reason
+    assert drive(path, config, FakeEvaluator()).startswith("max_evaluations reached")  # all in, the budget spent
+
+
 def test_a_run_cut_short_while_its_seeds_are_judged_resumes_from_them(tmp_path):
     config = make_config(population_size=4, max_evaluations=12, max_wall_time_s=1e-6)
     path = tmp_path / "run.sqlite"

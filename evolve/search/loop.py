@@ -163,6 +163,8 @@ def run_search(search: Search) -> str:
         breeder.history.note(landed)
         islands = _close(islands, landed, state, cfg, rng, state.generation, stale=False)
         not_evaluated = flight.cancel()  # past the wall limit: left pending, in flight for a resume
+        if not_evaluated:  # the budget was spent, but the wall limit ended the run
+            reason = f"max_wall_time_s reached ({clock.elapsed():.0f} s) before the last evaluations ({reason})"
         _checkpoint(store, state, state.generation, rng, ledger, clock, flight, breeder)
     if not not_evaluated and not clock.past(deadline):  # the top kernels timed again, side by side
         confirm_top(store, search.dispatcher, cfg.confirm_rounds)
