@@ -99,6 +99,8 @@ def sol_lines(report: dict[str, Any]) -> list[str]:
     if confirmed:
         over = confirmed["speedup_over_seed"]
         text = f"confirmed  {confirmed['rounds']} interleaved rounds"
+        if confirmed.get("cut_short"):
+            text += f" of {confirmed['cut_short']['rounds_planned']} (cut at {confirmed['cut_short']['why']})"
         if over:
             text += (f": kernel {confirmed['best']} {over['median']:.3g}x over its seed {confirmed['seed']} "
                      f"({over['low']:.3g}x-{over['high']:.3g}x)")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from evolve.dispatch.base import InProcessDispatcher, SlotUsage
+from evolve.report_sol import sol_lines
 from population_store import RunStore
 from tests.test_evolve import FakeEvaluator, drive, make_config, rows
 
@@ -14,8 +15,12 @@ LIMIT_S = 1.5
 
 
 class SlowEvaluator(FakeEvaluator):
+    def __init__(self, eval_s: float = EVAL_S) -> None:
+        super().__init__()
+        self.eval_s = eval_s
+
     def evaluate(self, source):
-        time.sleep(EVAL_S)
+        time.sleep(self.eval_s)
         return super().evaluate(source)
 
 
@@ -56,6 +61,27 @@ def test_a_budget_spent_before_the_limit_but_waited_for_past_it_says_the_limit_s
         stopped = store.events("stopped")[-1]["data"]
     assert stopped["not_evaluated"] and stopped["reason"] == reason
     assert drive(path, config, FakeEvaluator()).startswith("max_evaluations reached")  # all in, the budget spent
+
+
+def test_the_top_kernels_timed_again_keep_to_the_wall_limit(tmp_path):
+    # seen on the H200: level-1 runs that stopped searching within their 90 s spent up to 96 s more
+    # timing their top kernels again (here 5 rounds of 3-4 kernels: at least 15 x 0.2 s past the search)
+    limit = 2.0
+    config = make_config(population_size=4, max_evaluations=4, max_wall_time_s=limit, confirm_rounds=5)
+    path = tmp_path / "run.sqlite"
+    began = time.monotonic()
+    reason = drive(path, config, SlowEvaluator(eval_s=0.2))
+    wall = time.monotonic() - began
+    assert reason == "max_evaluations reached (4)", reason
+    assert wall < limit + 0.2 + 0.6, wall
+    with RunStore.open(path, readonly=True) as store:
+        confirmed = store.events("confirmed")
+    assert len(confirmed) == 1, "the rounds that finished before the limit are recorded"
+    data = confirmed[0]["data"]
+    assert 1 <= data["rounds"] < 5 and data["cut_short"]["rounds_planned"] == 5, data
+    assert all(len(k["runtime_ms"]) == data["rounds"] for k in data["kernels"])
+    line = next(line for line in sol_lines({"confirmed": data}) if line.startswith("confirmed"))
+    assert f"{data['rounds']} interleaved rounds of 5 (cut at the run's wall limit)" in line, line
 
 
 def test_a_run_cut_short_while_its_seeds_are_judged_resumes_from_them(tmp_path):

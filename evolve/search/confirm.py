@@ -20,12 +20,19 @@ devices of the same kind at once. ``search.confirm_rounds`` sets the rounds:
 by default ``DEFAULT_ROUNDS`` on a GPU (``cuda``, ``rocm``) and none
 elsewhere: the CPU's times are the interpreter's and say nothing of a kernel
 (the report says it was not done).
+
+The rounds keep to the run's wall limit (``search.max_wall_time_s``): at it,
+what is still being timed is given up, and only the rounds that finished
+are recorded (``cut_short`` says how many were planned); with none, nothing
+is. On the H200, eight level-1 runs side by side spent up to 96 s in these
+rounds after a search that had stopped within its 90 s.
 """
 
 from __future__ import annotations
 
 import logging
 import statistics
+import time
 from typing import Any
 
 from evolve.dispatch.base import Dispatcher
@@ -52,9 +59,11 @@ def rounds_for(configured: int | None, platform: str) -> int:
     return DEFAULT_ROUNDS if platform in GPU_PLATFORMS else 0
 
 
-def confirm_top(store: RunStore, dispatcher: Dispatcher, configured: int | None) -> dict[str, Any] | None:
+def confirm_top(store: RunStore, dispatcher: Dispatcher, configured: int | None,
+                deadline: float | None = None) -> dict[str, Any] | None:
     """Time the run's fastest kernels and the best's seed again, interleaved, and record what the
-    rounds say (``CONFIRMED_EVENT``); None (and nothing recorded) with no rounds or nothing to compare."""
+    rounds say (``CONFIRMED_EVENT``); None (and nothing recorded) with no rounds or nothing to compare,
+    or when ``deadline`` (``time.monotonic``) came before a round was done."""
     top = store.best(TOP)
     if not top:
         return None
@@ -70,10 +79,22 @@ def confirm_top(store: RunStore, dispatcher: Dispatcher, configured: int | None)
             dispatcher.submit(-(1 + r * n + i), kernel.source)
     verdicts: dict[int, Any] = {}
     while dispatcher.in_flight:
+        if deadline is not None and not dispatcher.ready():
+            left = deadline - time.monotonic()
+            if left <= 0 or not dispatcher.wait(left):
+                dispatcher.cancel()  # the wall limit: what is being timed is given up
+                break
         key, result = dispatcher.next_result()
         verdicts[key] = result
-    timed = [[verdicts[-(1 + r * n + i)] for r in range(rounds)] for i in range(n)]
+    done = [r for r in range(rounds) if all(-(1 + r * n + i) in verdicts for i in range(n))]
+    if len(done) < rounds:
+        log.info("wall limit: %d of %d rounds of timing again finished", len(done), rounds)
+    if not done:
+        return None
+    timed = [[verdicts[-(1 + r * n + i)] for r in done] for i in range(n)]
     data = summarise(kernels, timed, seed.id)
+    if len(done) < rounds:
+        data["cut_short"] = {"rounds_planned": rounds, "why": "the run's wall limit"}
     store.record_event(CONFIRMED_EVENT, data)
     return data
 

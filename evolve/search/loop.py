@@ -166,8 +166,9 @@ def run_search(search: Search) -> str:
         if not_evaluated:  # the budget was spent, but the wall limit ended the run
             reason = f"max_wall_time_s reached ({clock.elapsed():.0f} s) before the last evaluations ({reason})"
         _checkpoint(store, state, state.generation, rng, ledger, clock, flight, breeder)
-    if not not_evaluated and not clock.past(deadline):  # the top kernels timed again, side by side
-        confirm_top(store, search.dispatcher, cfg.confirm_rounds)
+    # the top kernels timed again, side by side, within the wall limit (none for a session that started past it)
+    if not not_evaluated and not clock.past(deadline) and (cfg.max_wall_time_s is None or deadline is not None):
+        confirm_top(store, search.dispatcher, cfg.confirm_rounds, deadline)
     store.record_event("stopped", {"reason": reason, "generation": state.generation,
                                    "evaluations": state.evaluations, "not_evaluated": not_evaluated,
                                    "confinement": _confinements(store)})
