@@ -412,6 +412,10 @@ def _sigterm_to_the_group(tmp_path: Path, temp: Path) -> None:
             assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read()[-2000:]
             time.sleep(0.1)
         stopped = time.monotonic()
+        # as GNU timeout does: SIGTERM to its child, then to its whole group (here once the first one's
+        # handler has surely run: the second must not end kevo before its cleanup)
+        os.kill(proc.pid, signal.SIGTERM)
+        time.sleep(0.3)
         os.killpg(proc.pid, signal.SIGTERM)
         _, stderr = proc.communicate(timeout=120)
         took = time.monotonic() - stopped
