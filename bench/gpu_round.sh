@@ -227,6 +227,17 @@ n, first, last, made = db.execute("SELECT count(*), min(finished_at), max(finish
 print(f"{n} results; first {first - made:.1f} s after the first candidate; "
       f"then {(n - 1) / max(last - first, 1e-9):.2f} evaluations/s over {last - first:.1f} s")
 print("profiles", db.execute("SELECT count(*) FROM profiles").fetchone()[0])
+import json, statistics
+walls = [json.loads(r)["walls_s"] for (r,) in db.execute("SELECT result FROM individuals WHERE result IS NOT NULL")]
+walls = [w for w in walls if w and "window" in w]
+for part in ("total", "wait: lane", "step call", "compile", "reference outputs", "compare", "window",
+             "time: warm-up", "time: hand-over", "time: prepare", "time: input check"):
+    seen = [w[part] for w in walls if part in w]
+    if seen:
+        print(f"median {part}: {statistics.median(seen):.3f} s over {len(seen)} evaluations")
+costs = [json.loads(r).get("cost") or {} for (r,) in db.execute("SELECT record FROM profiles")]
+print("profiles' device s:", [round(c.get("device_s") or 0.0, 2) for c in costs],
+      "tool runs:", [c.get("tool_runs") for c in costs])
 EOF
 }
 
