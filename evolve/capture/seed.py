@@ -21,7 +21,9 @@ reductions off without a reduction); one whose capture or conversion fails is
 left out, its reason kept in ``CompiledSeed.skipped`` of the first seed.
 A seed with Inductor's matmul template is followed by its split-K and its
 persistent variants (``operators.seeds.split_k``, ``operators.seeds.persistent``),
-named ``CONFIGURATION_split_k`` and ``CONFIGURATION_persistent``; a template a
+named ``CONFIGURATION_split_k`` and ``CONFIGURATION_persistent``, and a seed with a
+grouped convolution template of one output channel a group by its depthwise
+variant (``operators.seeds.depthwise``, ``CONFIGURATION_depthwise``); a template a
 rewrite declines is named in ``skipped`` with its reason. A distinct seed whose
 matmul or convolution template reads fp32 operands is followed first by its
 precision twins (``operators.seeds.precision``): the same program with its dots
@@ -50,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from operators.seeds.convert import ConversionError, NotTritonOnly, seed_source
+from operators.seeds.depthwise import VARIANT as DEPTHWISE, DepthwiseError, depthwise_seed
 from operators.seeds.persistent import VARIANT as PERSISTENT, PersistentError, persistent_seed
 from operators.seeds.precision import PRECISIONS, precision_seed, reads_fp32
 from operators.seeds.split_k import VARIANT as SPLIT_K, SplitKError, split_k_seed
@@ -175,10 +178,10 @@ def compile_seeds(problem_path: str | Path, device: str = "cuda", shapes: dict[s
             skipped.append((name, f"{kind}: {exc}"))
             continue
         seeds.append(_seed(recording, source, recording.get("mode"), name))
-        for variant, rewrite in ((SPLIT_K, split_k_seed), (PERSISTENT, persistent_seed)):
-            try:  # a GEMM template's seed: its split-K and persistent variants are more starts
+        for variant, rewrite in ((SPLIT_K, split_k_seed), (PERSISTENT, persistent_seed), (DEPTHWISE, depthwise_seed)):
+            try:  # a GEMM template's split-K and persistent variants, a depthwise convolution's: more starts
                 made = rewrite(source)
-            except (SplitKError, PersistentError) as exc:
+            except (SplitKError, PersistentError, DepthwiseError) as exc:
                 skipped.append((f"{name}_{variant}", f"no {variant} variant: {exc}"))
             else:
                 if made is not None:
@@ -202,7 +205,7 @@ def _with_precision_twins(seeds: list[CompiledSeed]) -> list[CompiledSeed]:
     for seed in seeds:
         out.append(seed)
         templates = [k for k in seed.kernels if k.startswith("triton_tem_")]
-        if seed.variant.endswith((f"_{SPLIT_K}", f"_{PERSISTENT}")) or not templates \
+        if seed.variant.endswith((f"_{SPLIT_K}", f"_{PERSISTENT}", f"_{DEPTHWISE}")) or not templates \
                 or not reads_fp32(seed.recording.get("codes") or [], templates):
             continue
         for precision in PRECISIONS:
