@@ -20,7 +20,8 @@
 #   bash bench/gpu_round.sh models                 # extract, sweep and apply five level-3 models (MODELS, MODEL_EVALS, MODEL_WALL, MODEL_SIDE)
 #   bash bench/gpu_round.sh extract                # kevo extract over every level-3 model
 #   bash bench/gpu_round.sh gemm                   # levels 1 and 2's GEMMs from compile seeds: the precision table
-#   bash bench/gpu_round.sh level1-seeds           # seeds: compile over all of level 1 at own shapes (runs/kb-level1, resumable)
+#   bash bench/gpu_round.sh level1-seeds           # seeds: compile over all of level 1 at own shapes (runs/kb-level1, resumable;
+#                                                  # L1_PROBLEMS="31 34-100": those only; L1_DIR=runs/NAME: another run dir)
 #
 # SECTION_S (default 540) bounds each section; ROUND_S (default 580) the whole call. PACK=FILE.tgz
 # packs $OUT into one archive after every section (a device call brings back only a few files;
@@ -401,8 +402,9 @@ side_by_side: ${L1_SIDE:-8}
 problems:
   - {folder: $folder, seeds: compile}
 EOF
-    sweep_or_resume runs/kb-level1 "$OUT/level1_seeds.yaml" > "$OUT/level1_seeds.txt"
-    timeout 120 python3 bench/compile_sweep_table.py runs/kb-level1 --json "$OUT/level1_seeds_table.json" \
+    local dir=${L1_DIR:-runs/kb-level1}  # another run dir (runs/NAME): a sweep of its own beside it
+    sweep_or_resume "$dir" "$OUT/level1_seeds.yaml" > "$OUT/level1_seeds.txt"
+    timeout 120 python3 bench/compile_sweep_table.py "$dir" --json "$OUT/level1_seeds_table.json" \
         > "$OUT/level1_seeds_table.md"
 }
 
