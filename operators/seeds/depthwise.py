@@ -36,6 +36,7 @@ import textwrap
 
 from operators.literals import dotted
 from operators.seeds.code import CALL_FUNCTION
+from operators.seeds.template import one_launch
 from operators.seeds.variants import replace_statements, with_variant_line
 from operators.space import SPACE_VARIABLE
 
@@ -74,7 +75,9 @@ def depthwise_seed(source: str) -> str | None:
                                 "group from tl.program_id(0) % GROUPS, the dot a product summed in fp32.", 100,
                                 initial_indent="# ", subsequent_indent="# ")
         edits[kernel] = comment + "\n" + ast.unparse(_kernel(kernel))
-        fixed += _launch(new_call, kernel.name, groups)
+        one_launch(tree, call, kernel.name, 3, DepthwiseError)  # launched once in the seed, from _inductor_call
+        fixed += _launch(new_call, one_launch(ast.Module([new_call], []), new_call, kernel.name, 3, DepthwiseError),
+                         kernel.name, groups)
     edits[call] = ast.unparse(new_call)
     space = next((n for n in tree.body if isinstance(n, ast.Assign)
                   and any(isinstance(t, ast.Name) and t.id == SPACE_VARIABLE for t in n.targets)), None)
@@ -140,20 +143,10 @@ def _kernel(function: ast.FunctionDef) -> ast.FunctionDef:
     return ast.fix_missing_locations(kernel)
 
 
-def _launch(call: ast.FunctionDef, kernel: str, groups: int) -> list[str]:
-    """``call``'s one launch of ``kernel`` on the new grid, its BLOCK_N and BLOCK_K locals at 1; the
-    names of those locals as tunables (``_inductor_call.NAME``)."""
-    launches = [s for s in call.body if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call)
-                and isinstance(s.value.func, ast.Subscript) and isinstance(s.value.func.value, ast.Name)
-                and s.value.func.value.id == kernel]
-    every = [n for n in ast.walk(call) if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name)
-             and n.value.id == kernel]
-    if len(launches) != 1 or len(every) != 1:
-        raise DepthwiseError(f"{kernel}: launched {len(every)} times, {len(launches)} of them at the top of "
-                             f"{CALL_FUNCTION} (the rewrite changes its one launch there)")
-    grid = launches[0].value.func.slice
-    if not (isinstance(grid, ast.Tuple) and len(grid.elts) == 3):
-        raise DepthwiseError(f"{kernel}: its launch grid {ast.unparse(grid)} is not the template's three axes")
+def _launch(call: ast.FunctionDef, index: int, kernel: str, groups: int) -> list[str]:
+    """``call``'s launch of ``kernel`` (its body's statement ``index``) on the new grid, its BLOCK_N and
+    BLOCK_K locals at 1; the names of those locals as tunables (``_inductor_call.NAME``)."""
+    grid = call.body[index].value.func.slice
     positions, channels, group_axis = grid.elts
     if not (isinstance(group_axis, ast.Constant) and group_axis.value == groups):
         raise DepthwiseError(f"{kernel}: its grid's z axis {ast.unparse(group_axis)} is not its {groups} groups")

@@ -30,7 +30,7 @@ import textwrap
 
 from operators.literals import dotted
 from operators.seeds.code import CALL_FUNCTION
-from operators.seeds.split_k import template_and_call
+from operators.seeds.template import one_launch, template_and_call
 from operators.seeds.variants import replace_statements, with_variant_line
 
 #: The name of the variant, in a seed's header and in ``CompiledSeed.variant`` (``max_autotune_persistent``).
@@ -61,7 +61,7 @@ def persistent_seed(source: str) -> str | None:
                                 "program per SM, each looping over output tiles; pid is the tile, the template's "
                                 "body as it was.", 100, initial_indent="# ", subsequent_indent="# ")
         edits[kernel] = comment + "\n" + ast.unparse(_persistent_kernel(kernel))
-        _launch(tree, kernel.name)
+        one_launch(tree, call, kernel.name, 1, PersistentError)
         _persistent_launch(new_call, kernel.name)
     edits[call] = ast.unparse(new_call)
     try:
@@ -116,21 +116,6 @@ def _persistent_kernel(function: ast.FunctionDef) -> ast.FunctionDef:
     loop[1].body = tail
     kernel.body = head + loop
     return ast.fix_missing_locations(kernel)
-
-
-def _launch(tree: ast.Module, kernel: str) -> None:
-    """``PersistentError`` unless the seed launches ``kernel`` once, from the top of ``_inductor_call``."""
-    launches = [n for n in ast.walk(tree) if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name)
-                and n.value.id == kernel]
-    call = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == CALL_FUNCTION)
-    top = [s for s in call.body if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call)
-           and s.value.func in launches]
-    if len(launches) != 1 or len(top) != 1:
-        raise PersistentError(f"{kernel}: launched {len(launches)} times, {len(top)} of them at the top of "
-                              f"{CALL_FUNCTION} (the rewrite changes its one launch there)")
-    grid = top[0].value.func.slice
-    if not (isinstance(grid, ast.Tuple) and len(grid.elts) == 1):
-        raise PersistentError(f"{kernel}: its launch grid {ast.unparse(grid)} is not the template's one axis")
 
 
 def _persistent_launch(call: ast.FunctionDef, kernel: str) -> None:

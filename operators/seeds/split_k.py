@@ -42,7 +42,7 @@ import textwrap
 
 from operators.literals import dotted, is_constexpr
 from operators.seeds.code import CALL_FUNCTION
-from operators.seeds.template import template_and_call
+from operators.seeds.template import one_launch, template_and_call
 from operators.seeds.variants import replace_statements, with_variant_line
 from operators.space import SPACE_VARIABLE
 
@@ -286,22 +286,13 @@ def _comment(name: str, direct: bool) -> str:
 
 
 def _launch(tree: ast.Module, call: ast.FunctionDef, kernel: str) -> int:
-    """The index in ``call``'s body of the one statement that launches ``kernel``, the seed's only launch of it."""
-    launches = [n for n in ast.walk(tree) if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name)
-                and n.value.id == kernel]
-    top = [i for i, s in enumerate(call.body) if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call)
-           and isinstance(s.value.func, ast.Subscript) and isinstance(s.value.func.value, ast.Name)
-           and s.value.func.value.id == kernel]
-    if len(launches) != 1 or len(top) != 1:
-        raise SplitKError(f"{kernel}: launched {len(launches)} times, {len(top)} of them at the top of "
-                          f"{CALL_FUNCTION} (split-K rewrites its one launch there)")
-    launch = call.body[top[0]].value
-    grid = launch.func.slice
-    if not (isinstance(grid, ast.Tuple) and len(grid.elts) == 1):
-        raise SplitKError(f"{kernel}: its launch grid {ast.unparse(grid)} is not the template's one axis")
+    """The index in ``call``'s body of the one statement that launches ``kernel``, the seed's only launch of
+    it (``operators.seeds.template.one_launch``), with no ``*args`` or ``**kwargs``."""
+    index = one_launch(tree, call, kernel, 1, SplitKError)
+    launch = call.body[index].value
     if any(k.arg is None for k in launch.keywords) or any(isinstance(a, ast.Starred) for a in launch.args):
         raise SplitKError(f"{kernel}: its launch unpacks *args or **kwargs")
-    return top[0]
+    return index
 
 
 def _fp32_buffer(call: ast.FunctionDef, index: int, gemm: _Gemm) -> bool:

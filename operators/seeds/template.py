@@ -234,6 +234,25 @@ def template_and_call(source: str, error: type[ValueError], what: str
     return tree, kernels, call
 
 
+def one_launch(tree: ast.Module, call: ast.FunctionDef, kernel: str, axes: int, error: type[ValueError]) -> int:
+    """The index in ``call``'s body of the statement that launches ``kernel`` on a grid of ``axes`` axes,
+    the seed's (``tree``'s) only launch of it; ``error`` saying what was seen otherwise (the rewrites of
+    ``operators.seeds`` change that one launch)."""
+    launches = [n for n in ast.walk(tree) if isinstance(n, ast.Subscript) and isinstance(n.value, ast.Name)
+                and n.value.id == kernel]
+    top = [i for i, s in enumerate(call.body) if isinstance(s, ast.Expr) and isinstance(s.value, ast.Call)
+           and isinstance(s.value.func, ast.Subscript) and isinstance(s.value.func.value, ast.Name)
+           and s.value.func.value.id == kernel]
+    if len(launches) != 1 or len(top) != 1:
+        raise error(f"{kernel}: launched {len(launches)} times, {len(top)} of them at the top of "
+                    f"{CALL_FUNCTION} (the rewrite changes its one launch there)")
+    grid = call.body[top[0]].value.func.slice
+    if not (isinstance(grid, ast.Tuple) and len(grid.elts) == axes):
+        raise error(f"{kernel}: its launch grid {ast.unparse(grid)} is not the template's "
+                    + ("one axis" if axes == 1 else f"{axes} axes"))
+    return top[0]
+
+
 def is_matmul_template(function: ast.FunctionDef) -> bool:
     """Whether ``function`` is Inductor's matmul template (its tile grid, as ``operators.seeds.template`` reads it)."""
     lines = {ast.unparse(s) for s in function.body if isinstance(s, ast.Assign)}
