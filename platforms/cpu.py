@@ -83,12 +83,14 @@ class CpuPlatform(Platform):
 
     def worker_setup(self) -> dict[str, tuple[Any, str]]:
         # Kernels torch.compile writes call libdevice, which the interpreter lacks
-        # (platforms.interpreter_libdevice).
+        # (platforms.interpreter_libdevice), and mask with whatever dtype an expression
+        # gave the interpreter (platforms.interpreter_masks).
         from triton.language.extra import libdevice
 
+        from platforms import interpreter_masks
         from platforms.interpreter_libdevice import install
 
-        return {f"libdevice.{name}": (libdevice, name) for name in install()}
+        return {**{f"libdevice.{name}": (libdevice, name) for name in install()}, **interpreter_masks.install()}
 
     def memory_guard(self) -> Any:
         # The interpreter turns loads and stores into raw host memory accesses:

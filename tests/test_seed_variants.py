@@ -33,9 +33,12 @@ from operators.space import read_declared_space
 
 RECORDINGS = Path(__file__).parent / "fixtures" / "seed_variants" / "recordings.jsonl"
 KB = "kernelbench/level1/"
-MSE, LAYER_NORM, CONV2D, CONV3D, DEPTHWISE = (
+MSE, LAYER_NORM, CONV2D, CONV3D, DEPTHWISE, ATTENTION = (
     "94_MSELoss", "40_LayerNorm", "63_conv_standard_2D__square_input__square_kernel",
-    "54_conv_standard_3D__square_input__square_kernel", "82_conv_depthwise_2D_square_input_square_kernel")
+    "54_conv_standard_3D__square_input__square_kernel", "82_conv_depthwise_2D_square_input_square_kernel",
+    "97_ScaledDotProductAttention")
+#: The configurations captured for a problem without attention (attention_math is not: nothing to decompose).
+PLAIN = [v for v in VARIANTS if v != "attention_math"]
 
 
 def recordings() -> list[dict]:
@@ -84,7 +87,8 @@ def replayed(monkeypatch):
 
 
 TRITON_ONLY = [(e["problem"], e["variant"]) for e in recordings()
-               if not (e["variant"] == "default" and e["problem"] in ("matmul/reference", CONV2D))]
+               if not (e["variant"] == "default" and e["problem"] in ("matmul/reference", CONV2D))
+               and not (e["problem"] == ATTENTION and e["variant"] != "attention_math")]
 
 
 @pytest.mark.parametrize(("problem", "variant"), TRITON_ONLY, ids=[f"{p}-{v}" for p, v in TRITON_ONLY])
@@ -92,6 +96,8 @@ def test_each_configurations_capture_becomes_a_seed_named_by_it_with_its_64_bit_
     source = converted(problem, variant)
     header = ast.get_docstring(ast.parse(source))
     settings = ", ".join(f"{k}={v!r}" for k, v in VARIANTS[variant].items()) or "torch's defaults"
+    if variant == "attention_math":
+        settings += "; scaled_dot_product_attention decomposed by SDPBackend.MATH"
     assert f"Inductor configuration: {variant} ({settings})" in " ".join(header.split())
     assert "captured on the CPU" in header  # and says where it was captured
     verdict = screen(source)
@@ -139,7 +145,7 @@ def test_a_configuration_that_calls_an_extern_library_gives_no_seed():
 
 def test_configurations_that_write_the_same_program_are_one_seed():
     def kept(problem: str) -> list[tuple[str, list[str]]]:
-        seeds = [(v, converted(problem, v)) for v in VARIANTS]
+        seeds = [(v, converted(problem, v)) for v in PLAIN]
         return [(item[0], dropped) for item, dropped in distinct(seeds, lambda s: s[1], lambda s: s[0])]
 
     # a split reduction (a looped and a persistent kernel), its persistent stage looped, and no split
@@ -147,7 +153,7 @@ def test_configurations_that_write_the_same_program_are_one_seed():
                          ("no_split_reductions", [])]
     assert kept(LAYER_NORM) == [("default", ["no_split_reductions", "coordinate_descent", "max_autotune"]),
                                 ("looped_reductions", [])]
-    assert kept("gelu/reference") == [("default", [v for v in VARIANTS if v != "default"])]  # a pointwise
+    assert kept("gelu/reference") == [("default", [v for v in PLAIN if v != "default"])]  # a pointwise
 
 
 def test_the_program_key_ignores_tunable_numbers_layout_and_header_but_not_the_program():
@@ -173,10 +179,12 @@ def test_compile_seeds_keeps_one_seed_per_program_named_by_its_configuration(rep
 
     seeds = compile_seeds(problem_file(MSE))
     assert [s.variant for s in seeds] == ["default", "looped_reductions", "no_split_reductions"]
-    assert seeds[0].duplicates == ("coordinate_descent", "max_autotune") and seeds[0].skipped == ()
+    assert seeds[0].duplicates == ("coordinate_descent", "max_autotune")
     assert all(f"Inductor configuration: {s.variant}" in s.source for s in seeds)
     assert seeds[1].kernels == ["triton_red_fused_mean_pow_sub_0", "triton_red_fused_mean_pow_sub_1"]
-    assert replayed == list(VARIANTS)
+    assert replayed == PLAIN
+    assert dict(seeds[0].skipped) == {"attention_math": "not captured: the default code calls no fused "
+                                                        "attention kernel to decompose"}
 
 
 def test_a_configuration_that_cannot_change_the_program_is_not_captured(replayed):
@@ -184,7 +192,7 @@ def test_a_configuration_that_cannot_change_the_program_is_not_captured(replayed
 
     (gelu,) = compile_seeds(PROBLEMS / "gelu" / "reference.py")
     assert replayed == ["default", "coordinate_descent", "max_autotune"]  # a pointwise has no reduction
-    assert dict(gelu.skipped).keys() == {"looped_reductions", "no_split_reductions"}
+    assert dict(gelu.skipped).keys() == {"looped_reductions", "no_split_reductions", "attention_math"}
     replayed.clear()
     matmul, tf32, tf32x3, split, persistent = compile_seeds(PROBLEMS / "matmul" / "reference.py")
     assert matmul.variant == "max_autotune" and matmul.mode == "max-autotune-triton"
@@ -276,7 +284,9 @@ def test_kevo_seed_all_writes_one_file_per_configuration(replayed, tmp_path, cap
     assert written == ["default.py", "looped_reductions.py", "no_split_reductions.py"]
     assert "Inductor configuration: looped_reductions" in (out / "looped_reductions.py").read_text()
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 3 and lines[0].startswith(f"kevo seed: wrote {out / 'default.py'}: Inductor configuration "
+    assert lines[3] == "kevo seed: no seed from attention_math: not captured: the default code calls no fused " \
+                       "attention kernel to decompose"
+    assert len(lines) == 4 and lines[0].startswith(f"kevo seed: wrote {out / 'default.py'}: Inductor configuration "
                                                    "default: 2 Triton kernel(s)")
     assert lines[0].endswith("the same program as coordinate_descent, max_autotune")
     assert main(["seed", str(problem_file(MSE)), "--all"]) == 2  # --all needs a folder

@@ -23,7 +23,9 @@ the conversion is tested on machines without a GPU.
 ``variant`` names one of ``VARIANTS``: the Inductor configuration the capture
 is made under (persistent or looped reductions, split reductions off,
 coordinate-descent tuning, max-autotune with its Triton GEMM and convolution
-templates), recorded as ``entry["variant"]`` and ``entry["inductor_config"]``;
+templates, and those templates with ``scaled_dot_product_attention`` traced by
+its math: ``entry["attention"] == "math"``), recorded as ``entry["variant"]``
+and ``entry["inductor_config"]``;
 ``evolve.capture.seed.compile_seeds`` captures a problem under each and keeps
 the distinct programs.
 
@@ -68,7 +70,13 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "no_split_reductions": {"split_reductions": False},
     "coordinate_descent": {"coordinate_descent_tuning": True},
     "max_autotune": _TEMPLATES,
+    # max-autotune's templates with scaled_dot_product_attention decomposed into its math (two batched
+    # matmuls around a softmax): Inductor otherwise hands it whole to a fused ATen kernel (flash,
+    # memory-efficient, cuDNN), which no seed can hold. Captured only where the default code calls one.
+    "attention_math": _TEMPLATES,
 }
+#: Configurations compiled with attention computed by its math (``torch.nn.attention.SDPBackend.MATH``).
+MATH_ATTENTION = frozenset({"attention_math"})
 #: ``capture``'s older ``mode`` names, and the variant each is.
 MODES = {"max-autotune-triton": "max_autotune"}
 
@@ -194,6 +202,21 @@ def capture(path: str | Path, device: str = "cuda", mode: str | None = None, tim
                     raise
 
 
+@contextlib.contextmanager
+def _math_attention() -> Iterator[None]:
+    """``scaled_dot_product_attention`` computed by its math (``SDPBackend.MATH``): what Dynamo traces
+    then is the decomposition, two batched matmuls around a softmax, which Inductor lowers itself."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel([SDPBackend.MATH]):
+        yield
+
+
+#: ATen's fused attention kernels, as Inductor's code calls them (a fallback no seed can hold).
+FUSED_ATTENTION = re.compile(r"\b_(?:scaled_dot_product_\w*attention\w*|efficient_attention_forward|"
+                             r"flash_attention_forward)\b")
+
+
 def _broke_a_broadcast(exc: BaseException) -> bool:
     """Whether tracing failed where a symbolic size had to equal another to broadcast."""
     while exc is not None:
@@ -307,12 +330,16 @@ def _capture(path: Path, device: str, mode: str | None, time_it: bool, shapes: d
                              "inductor_config": dict(VARIANTS[variant]), "device": device,
                              "shapes": dict(shapes or {}), "static_dims": not strict,
                              "torch": torch.__version__, "triton": triton.__version__}
+    if variant in MATH_ATTENTION:
+        entry["attention"] = "math"
+    attention = _math_attention if variant in MATH_ATTENTION else contextlib.nullcontext
     started = time.perf_counter()
     with (_autotuners_made() as tuners, torch.no_grad(), inductor_config.patch(patches),
           torch._dynamo.config.patch(force_parameter_static_shapes=False,
                                      force_nn_module_property_static_shapes=False),
           fx_config.patch(use_duck_shape=False, **(_size_oblivious(fx_config) if oblivious else {}))):
-        out, codes = run_and_get_code(compiled, *inputs)
+        with attention():
+            out, codes = run_and_get_code(compiled, *inputs)
         if device != "cpu":
             get_platform("auto").synchronize()
         entry["compile_s"] = round(time.perf_counter() - started, 2)
@@ -325,10 +352,12 @@ def _capture(path: Path, device: str, mode: str | None, time_it: bool, shapes: d
             # evaluate meanwhile: neither's timing may see the other's kernels)
             with device_window(get_platform("auto")):  # (time_it is False on the CPU)
                 entry["eager_ms"] = triton.testing.do_bench(lambda: model(*inputs))
-                entry["compiled_ms"] = triton.testing.do_bench(lambda: compiled(*inputs))
+                with attention():  # the code compiled above, not a recompile for the fused kernel
+                    entry["compiled_ms"] = triton.testing.do_bench(lambda: compiled(*inputs))
             if device != "cpu":
-                entry["compiled_protocol_ms"] = _protocol_ms(
-                    lambda args: compiled(*args), lambda i: make_inputs(problem, 1000 + i, device))
+                with attention():
+                    entry["compiled_protocol_ms"] = _protocol_ms(
+                        lambda args: compiled(*args), lambda i: make_inputs(problem, 1000 + i, device))
     entry["codes"] = list(codes)
     entry["graph_args"] = graphs
     try:

@@ -4,14 +4,17 @@
 this machine's GPU (``evolve.capture.inductor``) and converts it into a
 candidate file (``operators.seeds.convert``). A matmul or convolution that
 Inductor hands to an extern library (cuBLAS, cuDNN) is captured again with
-its max-autotune Triton templates; where that still calls the library, or
+its max-autotune Triton templates, and an attention it hands to a fused ATen
+kernel, by its math with those templates (``attention_math``); where that still calls the library, or
 the code holds anything but Triton kernels, the problem gets no seed and
 ``SeedError`` says why in one line.
 
 ``compile_seeds(problem_path)`` captures the problem under each of Inductor's
 configurations in ``evolve.capture.inductor.VARIANTS`` (persistent against
 looped reductions, split reductions off, coordinate-descent tuning,
-max-autotune with its Triton GEMM and convolution templates), converts each,
+max-autotune with its Triton GEMM and convolution templates, and where the
+default code calls a fused attention kernel, attention by its math with those
+templates), converts each,
 and keeps one seed per distinct program (``operators.seeds.variants``: equal
 up to tunable numbers, the first configuration in that order keeps it). Each
 seed is named by its configuration, in its header and in
@@ -96,10 +99,13 @@ def compile_seed(problem_path: str | Path, device: str = "cuda", shapes: dict[st
     except OSError as exc:
         raise SeedError(f"cannot read problem file {problem_path}: {exc.strerror}") from None
     _require_gpu(device)
+    from evolve.capture.inductor import FUSED_ATTENTION
+
     first: NotTritonOnly | None = None
-    for mode in (None, "max-autotune-triton"):
+    variant = "default"
+    while True:
         try:
-            recording = capture(problem_path, device=device, mode=mode, shapes=shapes, dtype=dtype)
+            recording = capture(problem_path, device=device, shapes=shapes, dtype=dtype, variant=variant)
         except Exception as exc:  # compiling the user's model: any error is the problem's
             reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
             raise SeedError(f"torch.compile failed on {problem_path.name}: {type(exc).__name__}: {reason}") from exc
@@ -108,15 +114,19 @@ def compile_seed(problem_path: str | Path, device: str = "cuda", shapes: dict[st
         try:
             source = seed_source(recording, problem_source)
         except NotTritonOnly as exc:
-            if mode is None and "extern" in str(exc):
-                first = exc
-                log.info("seed: %s: %s; trying Inductor's max-autotune Triton templates", problem_path.name, exc)
-                continue
-            raise SeedError(f"{problem_path.name}: no Triton-only seed: {first or exc}") from None
+            first = first or exc
+            code = "\n".join(recording.get("codes") or [])
+            # a fused attention kernel: its math, with the templates; an extern GEMM or convolution: the templates
+            after = "attention_math" if FUSED_ATTENTION.search(code) else (
+                "max_autotune" if variant == "default" and "extern" in str(exc) else None)
+            if after is None or after == variant:
+                raise SeedError(f"{problem_path.name}: no Triton-only seed: {first}") from None
+            log.info("seed: %s: %s; trying Inductor's configuration %s", problem_path.name, exc, after)
+            variant = after
+            continue
         except ConversionError as exc:
             raise SeedError(f"{problem_path.name}: cannot turn Inductor's code into a seed: {exc}") from None
-        return _seed(recording, source, mode, "max_autotune" if mode else "default")
-    raise SeedError(f"{problem_path.name}: no Triton-only seed: {first}")
+        return _seed(recording, source, recording.get("mode"), variant)
 
 
 def compile_seeds(problem_path: str | Path, device: str = "cuda", shapes: dict[str, int] | None = None,
@@ -218,6 +228,14 @@ def _with_precision_twins(seeds: list[CompiledSeed]) -> list[CompiledSeed]:
 
 def _cannot_change(variant: str, default_code: str | None) -> str:
     """Why capturing ``variant`` could not give a program the default capture did not ("" if it could)."""
+    from evolve.capture.inductor import FUSED_ATTENTION, MATH_ATTENTION
+
+    if variant in MATH_ATTENTION:
+        if default_code is not None and not FUSED_ATTENTION.search(default_code):
+            return "not captured: the default code calls no fused attention kernel to decompose"
+        return ""
+    if default_code is not None and FUSED_ATTENTION.search(default_code):
+        return "not captured: the default code calls a fused attention kernel, which only attention_math decomposes"
     if default_code is None or variant == "max_autotune":
         return ""
     if "extern_kernels." in default_code:

@@ -43,6 +43,8 @@ def configuration_line(recording: dict[str, Any]) -> str:
         settings = ({"max_autotune": True, "max_autotune_gemm_backends": "TRITON",
                      "max_autotune_conv_backends": "TRITON"} if recording.get("mode") else {})
     shown = ", ".join(f"{k}={v!r}" for k, v in settings.items()) or "torch's defaults"
+    if recording.get("attention") == "math":
+        shown += "; scaled_dot_product_attention decomposed by SDPBackend.MATH"
     line = f"Inductor configuration: {name} ({shown})"
     if recording.get("device") == "cpu":
         line += ("; captured on the CPU (Inductor's Triton backend for the CPU, run by Triton's interpreter: a "
