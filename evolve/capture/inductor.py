@@ -50,6 +50,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from evolve.capture.symbolic import symbolic_sizes
 from fitness.problem import build_model, load_problem, make_inputs
 from platforms import get_platform, time_runs
 from platforms.device_lock import window as device_window
@@ -332,13 +333,19 @@ def _capture(path: Path, device: str, mode: str | None, time_it: bool, shapes: d
                              "torch": torch.__version__, "triton": triton.__version__}
     if variant in MATH_ATTENTION:
         entry["attention"] = "math"
-    attention = _math_attention if variant in MATH_ATTENTION else contextlib.nullcontext
+
+    @contextlib.contextmanager
+    def compiling() -> Iterator[None]:
+        """Where the compiled model runs: ops that would fix a size traced in a form that does not
+        (``evolve.capture.symbolic``), and attention by its math for ``MATH_ATTENTION``."""
+        with symbolic_sizes(), _math_attention() if variant in MATH_ATTENTION else contextlib.nullcontext():
+            yield
     started = time.perf_counter()
     with (_autotuners_made() as tuners, torch.no_grad(), inductor_config.patch(patches),
           torch._dynamo.config.patch(force_parameter_static_shapes=False,
                                      force_nn_module_property_static_shapes=False),
           fx_config.patch(use_duck_shape=False, **(_size_oblivious(fx_config) if oblivious else {}))):
-        with attention():
+        with compiling():
             out, codes = run_and_get_code(compiled, *inputs)
         if device != "cpu":
             get_platform("auto").synchronize()
@@ -352,10 +359,10 @@ def _capture(path: Path, device: str, mode: str | None, time_it: bool, shapes: d
             # evaluate meanwhile: neither's timing may see the other's kernels)
             with device_window(get_platform("auto")):  # (time_it is False on the CPU)
                 entry["eager_ms"] = triton.testing.do_bench(lambda: model(*inputs))
-                with attention():  # the code compiled above, not a recompile for the fused kernel
+                with compiling():  # the code compiled above, not a recompile of the model as written
                     entry["compiled_ms"] = triton.testing.do_bench(lambda: compiled(*inputs))
             if device != "cpu":
-                with attention():
+                with compiling():
                     entry["compiled_protocol_ms"] = _protocol_ms(
                         lambda args: compiled(*args), lambda i: make_inputs(problem, 1000 + i, device))
     entry["codes"] = list(codes)
