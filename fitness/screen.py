@@ -61,6 +61,9 @@ FORBIDDEN_ATTRIBUTES = frozenset(
      "capture_end", "package", "serialization"}
 ) | _MODULE_ATTRIBUTES
 ALLOWED_DUNDERS = frozenset({"__init__", "__name__"})
+#: Private functions of ``triton.language.core`` a kernel may call: pure, on its own values. Inductor's
+#: runtime helpers (the decoupled look-back of a split scan) call this one, and seeds copy them.
+ALLOWED_LANGUAGE_PRIVATE = frozenset({"_unwrap_if_constexpr"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,6 +150,11 @@ class _Screen(ast.NodeVisitor):
         name = _dotted(node)
         return name == "triton.language" or name in self.language_aliases
 
+    def _language_private(self, node: ast.Attribute) -> bool:
+        """``tl.core.NAME`` for a NAME of ``ALLOWED_LANGUAGE_PRIVATE`` (``tl`` Triton's language module)."""
+        return node.attr in ALLOWED_LANGUAGE_PRIVATE and isinstance(node.value, ast.Attribute) \
+            and node.value.attr == "core" and self._is_triton_language(node.value.value)
+
     def fail(self, node: ast.AST, message: str) -> None:
         self.problems.append(f"line {getattr(node, 'lineno', '?')}: {message}")
 
@@ -197,7 +205,8 @@ class _Screen(ast.NodeVisitor):
             pass
         elif attr.startswith("__") and attr.endswith("__"):
             self.fail(node, f"uses attribute {attr}")
-        elif attr.startswith("_") and not (on_self and attr in self._own_private):
+        elif attr.startswith("_") and not (on_self and attr in self._own_private) \
+                and not self._language_private(node):
             self.fail(node, f"uses private attribute {attr} (only attributes the class sets on self may be private)")
         elif attr in FORBIDDEN_ATTRIBUTES:
             self.fail(node, f"uses attribute {attr}")

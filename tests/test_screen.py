@@ -62,6 +62,10 @@ def test_honest_kernels_pass():
     ("torch.save(x, 'f')", "save"),
     ("torch.load('f')", "only tl.load"),
     ("torch.cuda.CUDAGraph()", "CUDAGraph"),
+    # of triton.language.core's private functions only _unwrap_if_constexpr, and only there
+    ("tl.core._semantic", "private attribute _semantic"),
+    ("torch.core._unwrap_if_constexpr(x)", "private attribute _unwrap_if_constexpr"),
+    ("tl._unwrap_if_constexpr(x)", "private attribute _unwrap_if_constexpr"),
 ])
 def test_rule(line, words):
     verdict = screen(with_line(line))
@@ -114,3 +118,9 @@ class ModelNew(torch.nn.Module):
     assert not parameter.ok and "load" in parameter.reason
     looped = screen(kernel.format(extra="for d in (x_ptr,):\n        d.load([0])"))
     assert not looped.ok and "load" in looped.reason
+
+
+def test_the_one_private_function_of_tritons_language_core_a_kernel_may_call():
+    """Inductor's split-scan helpers (copied into seeds) unwrap their dtype arguments with it."""
+    assert screen(with_line("y = tl.core._unwrap_if_constexpr(x)")).ok
+    assert screen(with_line("y = triton.language.core._unwrap_if_constexpr(x)")).ok

@@ -197,6 +197,9 @@ def _space(launches: list[_Kernel]) -> dict[str, list[int]]:
             else:
                 near = {2**e for e in range(21) if value / 8 <= 2**e <= value * 8}
                 values = seen | near | set(default_choices(Kind.BLOCK, value))
+            if kernel.kind == "split_scan" and option.startswith("R"):
+                # its look-back workspace holds a slot per block of the smallest size Inductor offered
+                values = {v for v in values if v >= min(seen | {value})}
             # the launch takes the block from a local of _inductor_call (so that its grid follows it)
             space[f"{CALL_FUNCTION}.{kernel.name}_{option}{local_suffix}"] = sorted(values)
         warps = {c["num_warps"] for c in kernel.configs} | {chosen["num_warps"]}
