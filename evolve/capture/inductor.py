@@ -50,6 +50,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from evolve.capture.conv_forms import template_forms
 from evolve.capture.symbolic import symbolic_sizes
 from fitness.problem import build_model, load_problem, make_inputs
 from platforms import get_platform, time_runs
@@ -337,8 +338,11 @@ def _capture(path: Path, device: str, mode: str | None, time_it: bool, shapes: d
     @contextlib.contextmanager
     def compiling() -> Iterator[None]:
         """Where the compiled model runs: ops that would fix a size traced in a form that does not
-        (``evolve.capture.symbolic``), and attention by its math for ``MATH_ATTENTION``."""
-        with symbolic_sizes(), _math_attention() if variant in MATH_ATTENTION else contextlib.nullcontext():
+        (``evolve.capture.symbolic``); under the templates, convolutions in forms they take
+        (``evolve.capture.conv_forms``); attention by its math for ``MATH_ATTENTION``."""
+        templates = bool(VARIANTS[variant].get("max_autotune"))
+        with symbolic_sizes(), template_forms() if templates else contextlib.nullcontext(), \
+                _math_attention() if variant in MATH_ATTENTION else contextlib.nullcontext():
             yield
     started = time.perf_counter()
     with (_autotuners_made() as tuners, torch.no_grad(), inductor_config.patch(patches),
