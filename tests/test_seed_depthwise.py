@@ -5,7 +5,8 @@ template for 82_conv_depthwise_2D (``tests/fixtures/seed_variants/``: 4
 channels, a 3 x 3 kernel, groups = channels). Its kernels run in a fresh
 process started with ``TRITON_INTERPRET=1`` against ``torch.nn.functional.conv2d``
 at the weight's sizes the template fixes and other batch and spatial sizes;
-a control rewrite that takes every program's group as 0 must come out wrong.
+a control rewrite that takes every program's group as 0 must come out wrong (every buffer starts as
+NaN, so what it leaves unwritten cannot pass for right).
 """
 
 from __future__ import annotations
@@ -33,8 +34,13 @@ BLOCK_M = f"_inductor_call.{KERNEL}_BLOCK_M"
 SHAPES = [(2, 9, 9), (3, 11, 7), (1, 5, 13)]
 
 RUNNER = """
-import json, sys, types, torch
+import json, math, sys, types, torch
 cases, shapes = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+# every buffer a candidate allocates starts as NaN: an element its kernels never write must not pass for right
+# because the allocator handed back memory that an earlier candidate filled with the right values
+empty_strided, empty = torch.empty_strided, torch.empty
+torch.empty_strided = lambda *a, **k: empty_strided(*a, **k).fill_(math.nan)
+torch.empty = lambda *a, **k: empty(*a, **k).fill_(math.nan)
 results = []
 for path in cases:
     module = types.ModuleType("candidate")
@@ -47,7 +53,8 @@ for path in cases:
         expected = torch.nn.functional.conv2d(x, model.conv2d.weight, groups=4)
         out = model(x)
         assert out.shape == expected.shape, (out.shape, expected.shape)
-        worst = max(worst, (out - expected).abs().max().item())
+        error = (out - expected).abs().max().item()
+        worst = max(worst, error if math.isfinite(error) else math.inf)
     results.append(worst)
 print(json.dumps(results))
 """
