@@ -18,7 +18,7 @@ import torch
 
 from tests.conftest import ROOT, problem_path
 
-from evolve.capture.symbolic import symbolic_sizes
+from evolve.capture.symbolic import attributes_replaced, symbolic_sizes
 
 POOLS = [  # (input shape, kernel_size, stride, padding, dilation, ceil_mode)
     ((2, 3, 64), 8, 1, 4, 3, False),
@@ -72,3 +72,19 @@ def test_a_max_pooling_seed_holds_at_a_held_out_length():
     assert lines.get("static_dims") == "False", out.stdout + out.stderr[-3000:]
     assert lines.get("length_baked") == "False"
     assert lines.get("verdict", "").startswith("accepted"), out.stdout + out.stderr[-3000:]
+
+
+def test_the_replaced_attributes_come_back_when_the_block_raises():
+    original = torch.max_pool1d
+    with pytest.raises(RuntimeError, match="inside"):
+        with symbolic_sizes():
+            assert torch.max_pool1d is not original and torch.max_pool1d.kevo_original is original
+            raise RuntimeError("inside")
+    assert torch.max_pool1d is original
+
+    class Owner:
+        a, b = 1, 2
+
+    with attributes_replaced([(Owner, "a", 10), (Owner, "b", 20)]):
+        assert (Owner.a, Owner.b) == (10, 20)
+    assert (Owner.a, Owner.b) == (1, 2)

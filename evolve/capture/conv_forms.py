@@ -31,6 +31,8 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+from evolve.capture.symbolic import attributes_replaced
+
 #: (the op's name, the number of spatial dimensions, transposed)
 _OPS = (("conv1d", 1, False), ("conv2d", 2, False), ("conv3d", 3, False),
         ("conv_transpose1d", 1, True), ("conv_transpose2d", 2, True), ("conv_transpose3d", 3, True))
@@ -125,9 +127,9 @@ def template_forms() -> Iterator[None]:
     import torch.nn.functional as F
 
     originals = {name: getattr(F, name) for name, _, _ in _OPS}
-    on_torch = {name: getattr(torch, name) for name, _, _ in _OPS if hasattr(torch, name)}
+    on_torch = {name for name, _, _ in _OPS if hasattr(torch, name)}
     forms = _Forms(originals)
-    made = {}
+    replacements = []
     for name, n, transposed in _OPS:
         method = forms.conv_transpose if transposed else forms.conv
 
@@ -135,15 +137,8 @@ def template_forms() -> Iterator[None]:
             return _method(_n, *args, **kwargs)
 
         standin.__name__ = name
-        made[name] = standin
-    try:
-        for name, standin in made.items():
-            setattr(F, name, standin)
-            if name in on_torch:
-                setattr(torch, name, standin)
+        replacements.append((F, name, standin))
+        if name in on_torch:
+            replacements.append((torch, name, standin))
+    with attributes_replaced(replacements):
         yield
-    finally:
-        for name, original in originals.items():
-            setattr(F, name, original)
-        for name, original in on_torch.items():
-            setattr(torch, name, original)

@@ -230,11 +230,12 @@ def _cannot_change(variant: str, default_code: str | None) -> str:
     """Why capturing ``variant`` could not give a program the default capture did not ("" if it could)."""
     from evolve.capture.inductor import FUSED_ATTENTION, MATH_ATTENTION
 
+    fused = default_code is not None and FUSED_ATTENTION.search(default_code) is not None
     if variant in MATH_ATTENTION:
-        if default_code is not None and not FUSED_ATTENTION.search(default_code):
+        if default_code is not None and not fused:
             return "not captured: the default code calls no fused attention kernel to decompose"
         return ""
-    if default_code is not None and FUSED_ATTENTION.search(default_code):
+    if fused:
         return "not captured: the default code calls a fused attention kernel, which only attention_math decomposes"
     if default_code is None or variant == "max_autotune":
         return ""

@@ -49,13 +49,23 @@ def _max_pool1d_as_2d(original: Any) -> Any:
 
 
 @contextlib.contextmanager
+def attributes_replaced(replacements: list[tuple[Any, str, Any]]) -> Iterator[None]:
+    """Each ``(owner, name, value)``'s attribute set to ``value`` inside the block, and put back after it,
+    also when the block raises (``evolve.capture.conv_forms`` replaces ops this way too)."""
+    originals = [(owner, name, getattr(owner, name)) for owner, name, _ in replacements]
+    try:
+        for owner, name, value in replacements:
+            setattr(owner, name, value)
+        yield
+    finally:
+        for owner, name, original in originals:
+            setattr(owner, name, original)
+
+
+@contextlib.contextmanager
 def symbolic_sizes() -> Iterator[None]:
     """``torch.max_pool1d`` as a 2-D max pooling over a height of 1 inside the block."""
     import torch
 
-    original = torch.max_pool1d
-    torch.max_pool1d = _max_pool1d_as_2d(original)
-    try:
+    with attributes_replaced([(torch, "max_pool1d", _max_pool1d_as_2d(torch.max_pool1d))]):
         yield
-    finally:
-        torch.max_pool1d = original

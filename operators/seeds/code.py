@@ -325,8 +325,5 @@ def _grid(kernel: _Kernel, bound: dict[str, str], blocks: dict[str, str]) -> str
     if kernel.grid_type == "SplitScanGrid":  # a scan split along its row: blocks of a row along x, rows along y
         if blocks.get("XBLOCK") is not None or "XBLOCK" in kernel.params:
             raise ConversionError(f"{kernel.name}: a split scan takes one row a program (XBLOCK 1)")
-        rows = bound.get("xnumel")
-        if rows is None:
-            raise ConversionError(f"{kernel.name}: xnumel is not a run-time argument")
-        return f"({extent('r0_')}, {rows})"
+        return f"({extent('r0_')}, {extent('x')})"  # no XBLOCK: extent('x') is xnumel itself
     raise ConversionError(f"{kernel.name}: grid type {kernel.grid_type!r} is not supported")
