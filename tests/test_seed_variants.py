@@ -83,6 +83,9 @@ def replayed(monkeypatch):
     monkeypatch.setattr(inductor, "capture", replay(captured))
     monkeypatch.setattr(seed, "_require_gpu", lambda device: None)
     monkeypatch.setattr(seed, "_release", lambda device: None)
+    # the problem's own model, run uncompiled when no configuration gives a seed: on a GPU there is none here
+    # (tests/test_seed_reference.py runs it on the CPU)
+    monkeypatch.setattr(seed, "_reference_error", lambda *args: "")
     return captured
 
 

@@ -21,7 +21,9 @@ seed is named by its configuration, in its header and in
 ``CompiledSeed.variant``. A configuration that cannot change what the default
 wrote is not captured (looped reductions without a persistent reduction, split
 reductions off without a reduction); one whose capture or conversion fails is
-left out, its reason kept in ``CompiledSeed.skipped`` of the first seed.
+left out, its reason kept in ``CompiledSeed.skipped`` of the first seed. Where no configuration
+gives one, the problem's own model is run once uncompiled, and the ``SeedError`` says first if that
+fails too (the problem is broken at these shapes, not Inductor).
 A seed with Inductor's matmul template is followed by its split-K and its
 persistent variants (``operators.seeds.split_k``, ``operators.seeds.persistent``),
 named ``CONFIGURATION_split_k`` and ``CONFIGURATION_persistent``, and a seed with a
@@ -197,7 +199,10 @@ def compile_seeds(problem_path: str | Path, device: str = "cuda", shapes: dict[s
                 if made is not None:
                     seeds.append(_seed(recording, made, recording.get("mode"), f"{name}_{variant}"))
     if not seeds:
+        why_eager = _reference_error(problem_path, device, shapes, dtype)
         raise SeedError(f"{problem_path.name}: no seed from any Inductor configuration: "
+                        + (f"the problem's own model fails at these shapes, uncompiled ({why_eager}); "
+                           if why_eager else "")
                         + "; ".join(f"{name}: {why}" for name, why in skipped))
     kept = distinct(seeds, lambda s: s.source, lambda s: s.variant)
     out = _with_precision_twins([dataclasses.replace(seed, duplicates=tuple(dropped)) for seed, dropped in kept])
@@ -253,6 +258,26 @@ def _require_gpu(device: str) -> None:
     if device == "cpu" or get_platform("auto").name == "cpu":
         raise SeedError("no GPU: seeds from torch.compile need one (Inductor writes Triton kernels only for GPU devices; "
                         "this machine has none visible to torch)")
+
+
+def _reference_error(problem_path: Path, device: str, shapes: dict[str, int] | None, dtype: str | None) -> str:
+    """Why the problem's own model, uncompiled, fails to build or run once at these shapes ("" if it runs,
+    or runs out of memory, which says nothing of the model): no configuration's failure is then Inductor's."""
+    import torch
+
+    from fitness.problem import build_model, load_problem, make_inputs
+
+    try:
+        with torch.no_grad():
+            problem = load_problem(problem_path, shapes, dtype)
+            build_model(problem.Model, problem, 0, device)(*make_inputs(problem, 1, device))
+    except torch.OutOfMemoryError:
+        return ""
+    except Exception as exc:  # the user's model: whatever it raises is its own
+        return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:300]}"
+    finally:
+        _release(device)
+    return ""
 
 
 def _release(device: str) -> None:
