@@ -7,7 +7,7 @@ nothing of Ray, SQLite or LLMs.
 from fitness.compare import CutoffError
 from fitness.evaluator import Evaluator
 from fitness.prepared import PreparedProblem
-from fitness.problem import ProblemError, load_problem, shape_knobs
+from fitness.problem import NoRoomNow, ProblemError, load_problem, shape_knobs
 from fitness.result import EvalResult, Status
 from fitness.screen import screen
 from fitness.settings import DEFAULT_MAX_ABS_DIFF, EvalSettings
@@ -19,6 +19,7 @@ __all__ = [
     "EvalSettings",
     "Evaluator",
     "PreparedProblem",
+    "NoRoomNow",
     "ProblemError",
     "Status",
     "load_problem",

@@ -29,6 +29,7 @@ from fitness.floor import Floor, floor_for, reduction_terms
 from fitness.memory_plan import Variant
 from fitness.probes import FACTOR_RANGE, Probe, changes
 from fitness.problem import (
+    NoRoomNow,
     Problem,
     ProblemError,
     build_model,
@@ -49,6 +50,9 @@ log = logging.getLogger(__name__)
 _SECRET = secrets.SystemRandom()
 
 GB = float(1 << 30)
+#: An evaluation that needs at most this share of the device's memory would fit it were nothing else
+#: there: when less is free, that is ``NoRoomNow``, not the problem's fault.
+ROOM_SHARE = 0.9
 
 
 class PreparedProblem:
@@ -126,7 +130,11 @@ class PreparedProblem:
         self.overlap_reference = True
         free = platform.free_memory()
         if self.footprint(overlap=False) > free:
-            raise ProblemError(self._too_big(self.footprint(overlap=False), free))
+            need, total = self.footprint(overlap=False), platform.total_memory()
+            if total is not None and need <= total * ROOM_SHARE:  # other work holds what it needs
+                raise NoRoomNow(self._too_big(need, free, f"the device has {total / GB:.1f} GB: other work holds "
+                                                          "the rest now"))
+            raise ProblemError(self._too_big(need, free))
         self.overlap_reference = self.footprint(overlap=True) <= free
         #: The floor at the main shapes on this device (fitness.floor; peaks measured on first use).
         self.floor: Floor | None
@@ -364,10 +372,10 @@ class PreparedProblem:
                         "" if self.overlap_reference else " (references computed after the candidate, not beside it)")
         return fit
 
-    def _too_big(self, need: int, free: int) -> str:
+    def _too_big(self, need: int, free: int, advice: str = "choose smaller `shapes:`") -> str:
         main = self.main
         return (f"{self.reference_path.name} at shapes {self.shapes or 'as written'}: one evaluation needs about "
                 f"{need / GB:.1f} GB of memory (inputs {main.input_bytes / GB:.2f} GB, outputs "
                 f"{sum(main.output_bytes) / GB:.2f} GB at the main shapes, more at larger held-out ones; the "
                 f"reference's scratch {main.scratch_bytes / GB:.2f} GB), but only {free / GB:.1f} GB is free "
-                f"on {self.platform.device_name()}; choose smaller `shapes:`")
+                f"on {self.platform.device_name()}; {advice}")

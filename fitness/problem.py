@@ -33,6 +33,11 @@ class ProblemError(ValueError):
     """The problem file or a shape override is unusable; the message says why."""
 
 
+class NoRoomNow(ProblemError):
+    """One evaluation of the problem fits the device, but not the memory free on it now: other work
+    (another problem's evaluators, beside it in a sweep) holds the rest. Not the problem's fault."""
+
+
 @dataclasses.dataclass(frozen=True)
 class ShapeKnob:
     name: str

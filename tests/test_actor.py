@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
 from tests.conftest import PROBLEMS
 
 from evolve.dispatch.actor import EvaluatorActor, EvaluatorSpec
@@ -122,3 +124,63 @@ def test_an_actor_closing_stops_a_profile_in_flight_and_waits_for_it():
     actor.close()
     assert time.monotonic() - start < 5 and not thread.is_alive()
     assert records == [{"reason": "sleep was stopped: the work it profiled for has ended"}]
+
+
+def _gb(n: float) -> int:
+    return int(n * (1 << 30))
+
+
+def test_too_little_free_on_a_device_that_would_fit_it_is_no_room_now_not_the_problem_s_fault(monkeypatch):
+    from platforms.cpu import CpuPlatform
+
+    from fitness import Evaluator, NoRoomNow, ProblemError
+
+    reference = str(PROBLEMS / "elementwise" / "reference.py")
+    monkeypatch.setattr(CpuPlatform, "free_memory", lambda self: 1 << 20)
+    monkeypatch.setattr(CpuPlatform, "total_memory", lambda self: _gb(100))
+    with pytest.raises(NoRoomNow, match=r"only 0.0 GB is free .*; the device has 100.0 GB: other work holds the rest now$"):
+        Evaluator(reference, platform="cpu", shapes={"batch_size": 64, "dim": 4096})
+    monkeypatch.setattr(CpuPlatform, "total_memory", lambda self: 1 << 20)  # it would not fit an empty device
+    with pytest.raises(ProblemError) as refused:
+        Evaluator(reference, platform="cpu", shapes={"batch_size": 64, "dim": 4096})
+    assert not isinstance(refused.value, NoRoomNow)
+
+
+def test_no_room_now_gives_back_idle_problems_then_is_an_out_of_memory_verdict_and_not_a_refusal(monkeypatch):
+    # On the H200, eight problems side by side: a problem whose evaluators had been given back for
+    # another's room found 3.6 GB free when its next candidate came, and the ProblemError that
+    # building them again raised stopped the sweep's shared dispatcher, and every run with it.
+    from platforms.cpu import CpuPlatform
+
+    actor = EvaluatorActor(slots=1, keep_problems=2)
+    first = EvaluatorSpec(str(PROBLEMS / "elementwise" / "reference.py"), platform="cpu",
+                          shapes={"batch_size": 4, "dim": 100})
+    second = EvaluatorSpec(str(PROBLEMS / "softmax" / "reference.py"), platform="cpu",
+                           shapes={"batch_size": 4, "dim": 100})
+    state = {"crowded": False, "free_while_crowded": 1 << 10}
+
+    def free(self):  # while crowded, nothing is free as long as the first problem's evaluators are kept
+        if state["crowded"] and (first in actor._all or state["free_while_crowded"] is not None):
+            return state["free_while_crowded"] or (1 << 10)
+        return _gb(64)
+
+    monkeypatch.setattr(CpuPlatform, "free_memory", free)
+    monkeypatch.setattr(CpuPlatform, "total_memory", lambda self: _gb(100))
+    softmax = (PROBLEMS / "softmax" / "seed.py").read_text()
+    try:
+        actor.prepare(first)
+        state.update(crowded=True, free_while_crowded=None)  # room comes once the first problem is let go
+        result = actor.evaluate(second, softmax)[1]
+        assert result.status is Status.ACCEPTED, result.reason
+        assert first not in actor._all
+        # no room at all: a verdict, and the problem is not refused for good
+        actor._forget([second])
+        actor._prepared.pop(second, None)
+        state.update(free_while_crowded=1 << 10)
+        result = actor.evaluate(second, softmax)[1]
+        assert result.status is Status.OUT_OF_MEMORY and result.reason.startswith("not evaluated: ")
+        assert "other work holds the rest" in result.reason and second not in actor._errors
+        state.update(crowded=False)
+        assert actor.evaluate(second, softmax)[1].status is Status.ACCEPTED
+    finally:
+        actor.close()

@@ -71,3 +71,16 @@ def test_a_model_that_runs_uncompiled_is_not_blamed(tmp_path, lowering_fails):
         compile_seeds(problem(tmp_path, 1), device="cpu", variants=["default", "max_autotune"])
     message = str(failed.value)
     assert "own model" not in message and "max_autotune: torch.compile failed: RuntimeError: Exponent" in message
+
+
+def test_running_out_of_memory_uncompiled_says_nothing_of_the_model(tmp_path, monkeypatch):
+    import fitness.problem
+
+    class AcceleratorError(RuntimeError):
+        pass
+
+    def crowded(*args, **kwargs):  # as a GPU beside other runs said it, in a type that is not OutOfMemoryError
+        raise AcceleratorError("CUDA error: out of memory")
+
+    monkeypatch.setattr(fitness.problem, "make_inputs", crowded)
+    assert seed._reference_error(problem(tmp_path, 1), "cpu", None, None) == ""

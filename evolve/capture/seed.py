@@ -266,15 +266,14 @@ def _reference_error(problem_path: Path, device: str, shapes: dict[str, int] | N
     import torch
 
     from fitness.problem import build_model, load_problem, make_inputs
+    from fitness.refusal import describe, out_of_memory
 
     try:
         with torch.no_grad():
             problem = load_problem(problem_path, shapes, dtype)
             build_model(problem.Model, problem, 0, device)(*make_inputs(problem, 1, device))
-    except torch.OutOfMemoryError:
-        return ""
-    except Exception as exc:  # the user's model: whatever it raises is its own
-        return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:300]}"
+    except Exception as exc:  # the user's model: whatever it raises is its own, but memory others may hold
+        return "" if out_of_memory(exc) else describe(exc)
     finally:
         _release(device)
     return ""

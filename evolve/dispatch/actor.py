@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from evolve.dispatch.base import evaluator_info
-from fitness import CutoffError, EvalResult, EvalSettings, Evaluator, PreparedProblem, ProblemError, Status
+from fitness import CutoffError, EvalResult, EvalSettings, Evaluator, NoRoomNow, PreparedProblem, ProblemError, Status
 from fitness.lane import TimingLane
-from platforms import PlatformUnavailable
+from platforms import Platform, PlatformUnavailable, get_platform
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +145,19 @@ class EvaluatorActor:
 
     def evaluate(self, spec: EvaluatorSpec, source: str) -> tuple[int, EvalResult]:
         """(this actor's pid, the verdict on ``source``)."""
-        evaluator = self._take(spec)
+        try:
+            evaluator = self._take(spec)
+        except NoRoomNow as exc:
+            # the problem's evaluators were given back for others' room, and too little is free to build
+            # them again now: once more after other problems' idle evaluators go; if still none, this
+            # candidate ran out of memory as far as its run can tell (a sweep sets such a run aside, to
+            # run alone), and the problem is not refused for good
+            try:
+                if not self._forget_idle_others(spec, get_platform(spec.platform)):
+                    raise
+                evaluator = self._take(spec)
+            except NoRoomNow as again:
+                return os.getpid(), EvalResult(status=Status.OUT_OF_MEMORY, reason=f"not evaluated: {again}")
         try:
             with self._admitted(spec) as admission:
                 result = evaluator.evaluate(source)
@@ -291,6 +303,8 @@ class EvaluatorActor:
                     fit = evaluator.prepared.slots_that_fit(self.slots)
                     with self._lock:
                         self._limit[spec] = self._ceiling[spec] = fit
+        except NoRoomNow:
+            raise  # other work's memory, not the problem: another try may find room
         except (ProblemError, CutoffError, PlatformUnavailable) as exc:
             with self._lock:
                 self._errors[spec] = exc
@@ -309,15 +323,16 @@ class EvaluatorActor:
                 return
         evaluator.close()  # its problem was forgotten while it worked
 
-    def _forget_idle_others(self, current: EvaluatorSpec, evaluator: Evaluator) -> int:
+    def _forget_idle_others(self, current: EvaluatorSpec, evaluator: Evaluator | Platform) -> int:
         """Forget the problems other than ``current`` that no evaluation uses now, as ``_forget_old``
-        does, and give this process's cached device memory back; how many were forgotten."""
+        does, and give this process's cached device memory back (through ``evaluator``'s platform, or
+        a platform); how many were forgotten."""
         with self._lock:
             idle = [spec for spec in self._all if spec != current
                     and len(self._free.get(spec, [])) == len(self._all[spec])]
             self._forget(idle)
         if idle:
-            evaluator.platform.release_memory()
+            (evaluator if isinstance(evaluator, Platform) else evaluator.platform).release_memory()
         return len(idle)
 
     def _forget_old(self, current: EvaluatorSpec) -> None:

@@ -151,6 +151,10 @@ def actor_errors(ray: Any) -> tuple[type[Exception], ...]:
     return ray.exceptions.RayActorError, ray.exceptions.ActorUnschedulableError
 
 
+#: What an actor's evaluator raises for a problem it refuses: the problem's error, not kevo's.
+REFUSALS = (ProblemError, CutoffError, PlatformUnavailable)
+
+
 def get_answer(ray: Any, ref: Any, timeout_s: float, waited: str) -> Any:
     """An actor's answer; ``RayUnavailable`` when it does not come within ``timeout_s`` (``waited``
     says how long was allowed), and the original error of a problem the actor's evaluator refuses."""
@@ -160,7 +164,7 @@ def get_answer(ray: Any, ref: Any, timeout_s: float, waited: str) -> Any:
         raise RayUnavailable(f"the Ray evaluator actors were not ready within {waited} "
                              f"(the cluster has {ray.available_resources()} free)") from None
     except ray.exceptions.RayTaskError as exc:
-        if isinstance(exc.cause, (ProblemError, CutoffError, PlatformUnavailable)):
+        if isinstance(exc.cause, REFUSALS):
             raise exc.cause from None
         raise exc.as_instanceof_cause() from None
 

@@ -39,7 +39,7 @@ from typing import Any
 
 from evolve.dispatch.actor import EvaluatorActor, EvaluatorSpec
 from evolve.dispatch.base import Dispatcher, SlotUsage
-from evolve.dispatch.connect import RayUnavailable, actor_errors, get_answer, import_ray, start_ray
+from evolve.dispatch.connect import REFUSALS, RayUnavailable, actor_errors, get_answer, import_ray, start_ray
 from evolve.dispatch.fleet import NODE_CHECK_S, Fleet, actor_plan
 from fitness import EvalResult, Status
 
@@ -105,7 +105,7 @@ class RayDispatcher(Dispatcher):
         self._running: dict[Any, _Job] = {}  # object ref -> the job it answers
         self._deaths: collections.Counter = collections.Counter()
         self._lost_actors: dict[Any, bool] = {}  # a dead actor -> whether its node was still alive
-        self._verdicts: collections.deque[tuple[Any, EvalResult]] = collections.deque()
+        self._verdicts: collections.deque[tuple[Any, EvalResult | BaseException]] = collections.deque()
         self._waiting_for_nodes = False
         self.pids: dict[Any, int] = {}  # actor handle -> its process id, once known
         self.served_by: dict[Any, int] = {}  # key -> pid of the actor whose result was returned
@@ -196,6 +196,14 @@ class RayDispatcher(Dispatcher):
         self._hand_out()
 
     def next_result(self) -> tuple[Any, EvalResult]:
+        key, outcome = self.next_outcome()
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return key, outcome
+
+    def next_outcome(self) -> tuple[Any, EvalResult | BaseException]:
+        """As ``next_result``, with the error of a problem the evaluator refused (``REFUSALS``) returned
+        as the outcome, not raised."""
         while not self._verdicts:
             if not self.in_flight:
                 raise LookupError("no candidate is in flight")
@@ -327,14 +335,20 @@ class RayDispatcher(Dispatcher):
             self.usage.release(job.held)
             self._lost(job, exc)
             return
-        except ray.exceptions.RayTaskError as exc:  # a bug of kevo in the actor: raise it here
-            raise exc.as_instanceof_cause() from None
+        except ray.exceptions.RayTaskError as exc:
+            if not isinstance(exc.cause, REFUSALS):  # a bug of kevo in the actor: raise it here
+                raise exc.as_instanceof_cause() from None
+            # the actor's evaluator refused this job's problem: the job's outcome, raised where its result
+            # is taken (``next_result``; a shared dispatcher raises it in that problem's run alone)
+            self._take(job, (self.pids.get(job.actor, 0), exc.cause))
+            return
         self._take(job, value)
 
     def _take(self, job: _Job, value: tuple[int, EvalResult]) -> None:
         pid, result = value
         self.usage.release(job.held)
-        self.pids[job.actor] = pid
+        if pid:
+            self.pids[job.actor] = pid
         if job.actor in self._fleet.node_of:
             self._idle.extend([job.actor] * job.held)
         if job.dropped:

@@ -130,7 +130,7 @@ class SharedDispatcher:
                     dispatcher.wait(POLL_S)
                 results = []
                 while dispatcher.ready():
-                    results.append(dispatcher.next_result())
+                    results.append(dispatcher.next_outcome())  # a refused problem's error goes to its view
                 if results:
                     with self.cond:
                         for (view_id, key), result in results:
@@ -151,7 +151,7 @@ class View(Dispatcher):
     def __init__(self, shared: SharedDispatcher, view_id: int, spec: EvaluatorSpec, info: dict[str, Any]) -> None:
         self.shared, self.id, self.spec, self.info = shared, view_id, spec, info
         self.keys: set[Any] = set()  # submitted, result not returned yet
-        self.verdicts: collections.deque[tuple[Any, EvalResult]] = collections.deque()
+        self.verdicts: collections.deque[tuple[Any, EvalResult | BaseException]] = collections.deque()
 
     def submit(self, key: Any, source: str) -> None:
         with self.shared.cond:
@@ -167,6 +167,8 @@ class View(Dispatcher):
                 self.shared.cond.wait()
             key, result = self.verdicts.popleft()
             self.keys.discard(key)
+            if isinstance(result, BaseException):  # the evaluator refused this run's problem: this run's error
+                raise result
             return key, result
 
     def wait(self, timeout_s: float) -> bool:
