@@ -442,4 +442,5 @@ def test_a_forward_slowed_by_something_else_does_not_make_its_region_hot(tmp_pat
     assert len(times) == 3 and prof.regions[spiky].calls == 3
     assert prof.region_ms(spiky) == statistics.median(times)
     assert max(times) > 20 * prof.region_ms(spiky), times  # the burst is there, in one forward
-    assert prof.total_ms < max(times) / 2 and prof.total_ms >= sum(r.ms for r in prof.regions.values())
+    assert prof.total_ms < max(times) / 2
+    assert prof.total_ms >= sum(r.ms for r in prof.regions.values()) * (1 - 1e-9)  # summed in another order

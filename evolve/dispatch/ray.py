@@ -1,31 +1,26 @@
 """Evaluation on Ray: one actor per GPU of every node, each holding warm ``fitness.Evaluator``s.
 
-``RayDispatcher`` implements ``Dispatcher``. Every actor (``evolve.dispatch.actor``)
-builds its own ``Evaluator``s (reference outputs on its device, sandboxed
-workers kept warm, one per slot) from an ``EvaluatorSpec`` of plain,
-picklable values. ``submit`` hands a candidate to a free slot or queues it;
-``next_result`` waits for whichever slot finishes first. Ray gives each GPU
-actor its device through the platform's visibility variable
-(``CUDA_VISIBLE_DEVICES``, ...), so inside the actor the platform's device 0
-is the actor's GPU. Without a GPU, CPU actors run the ``cpu`` platform.
+``RayDispatcher`` implements ``Dispatcher``. Every actor (``evolve.dispatch.actor``) builds
+its own ``Evaluator``s (reference outputs on its device, sandboxed workers kept warm, one per
+slot) from an ``EvaluatorSpec`` of plain, picklable values. ``submit`` hands a candidate to a
+free slot or queues it; ``next_result`` waits for whichever slot finishes first. Ray gives each
+GPU actor its device through the platform's visibility variable (``CUDA_VISIBLE_DEVICES``, ...),
+so inside the actor device 0 is the actor's GPU. Without a GPU, CPU actors run ``cpu``. Ray is
+imported only when a ``RayDispatcher`` is made (``evolve.dispatch.connect``).
 
-The actors live on the cluster's nodes (``evolve.dispatch.fleet``): a node
-that joins gets actors, and a node that is lost takes its actors with it;
-their candidates go back to the queue and are evaluated elsewhere.
+The actors live on the cluster's nodes (``evolve.dispatch.fleet``): a node that joins gets
+actors; one that is lost takes its actors with it, and their candidates are evaluated elsewhere.
 
-A candidate that crashes or hangs is already a result inside the evaluator.
-An actor that dies on a live node (its process killed) sends the candidates
-it held back to the queue and is replaced; each is evaluated again with an
-actor to itself, and one that takes that actor down too (``MAX_ACTOR_DEATHS``
-in all) is recorded as ``crashed``. A lost node is never a candidate's doing.
+A candidate that crashes or hangs is already a result inside the evaluator. An actor that dies
+on a live node (its process killed) sends its candidates back to the queue and is replaced; each
+is evaluated again with an actor to itself, and one that takes that actor down too
+(``MAX_ACTOR_DEATHS`` in all) is ``crashed``. A lost node is never a candidate's doing.
 
 >>> with RayDispatcher(EvaluatorSpec("problems/elementwise/reference.py", platform="cpu"),
 ...                    num_actors=2) as dispatcher:  # doctest: +SKIP
 ...     dispatcher.submit(1, source)
 ...     dispatcher.next_result()
 (1, EvalResult(status=<Status.ACCEPTED: 'accepted'>, ...))
-
-Ray is imported only when a ``RayDispatcher`` is made (``evolve.dispatch.connect``).
 """
 
 from __future__ import annotations
@@ -202,8 +197,7 @@ class RayDispatcher(Dispatcher):
         return key, outcome
 
     def next_outcome(self) -> tuple[Any, EvalResult | BaseException]:
-        """As ``next_result``, with the error of a problem the evaluator refused (``REFUSALS``) returned
-        as the outcome, not raised."""
+        """As ``next_result``, with a refusal (``REFUSALS``) returned as the outcome, not raised."""
         while not self._verdicts:
             if not self.in_flight:
                 raise LookupError("no candidate is in flight")
