@@ -21,7 +21,8 @@
 #   bash bench/gpu_round.sh extract                # kevo extract over every level-3 model
 #   bash bench/gpu_round.sh gemm                   # levels 1 and 2's GEMMs from compile seeds: the precision table
 #   bash bench/gpu_round.sh level1-seeds           # seeds: compile over all of level 1 at own shapes (runs/kb-level1, resumable;
-#                                                  # L1_PROBLEMS="31 34-100": those only; L1_DIR=runs/NAME: another run dir)
+#                                                  # L1_PROBLEMS="31 34-100": those only; L1_DIR=runs/NAME: another run dir;
+#                                                  # L1_SIDE: runs side by side, default 8; L1_WALL: a run's wall limit, default 90 s)
 #
 # SECTION_S (default 540) bounds each section; ROUND_S (default 580) the whole call. PACK=FILE.tgz
 # packs $OUT into one archive after every section (a device call brings back only a few files;
@@ -378,6 +379,7 @@ sec_level1_seeds() {  # seeds: compile over the whole of level 1 at its own shap
     local folder=$L1
     if [[ -n ${L1_PROBLEMS:-} ]]; then
         folder=$PWD/runs/l1-part
+        rm -rf "$folder"  # the problems named this time, not those of a call before
         python3 - "$L1" "$folder" "$L1_PROBLEMS" <<'EOF' || return 1
 import pathlib, re, shutil, sys
 source, folder, spec = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), sys.argv[3].split()
@@ -395,7 +397,7 @@ EOF
     fi
     cat > "$OUT/level1_seeds.yaml" <<EOF
 defaults:
-  search: {population_size: 4, max_evaluations: 4, seed: 0, max_wall_time_s: 90}
+  search: {population_size: 4, max_evaluations: 4, seed: 0, max_wall_time_s: ${L1_WALL:-90}}
   operators: {weights: {parametric_mutation: 0.7, parametric_crossover: 0.3}}
   platform: cuda
 side_by_side: ${L1_SIDE:-8}
