@@ -5,6 +5,9 @@ constant as Dynamo traced it: 41_Max_Pooling_1D's seed, captured at one
 length, computed that length's output at a held-out length and read past its
 input (out of bounds under the CPU interpreter's checks). In a capture the op
 is now a 2-D max pooling over a height of 1, which keeps the length symbolic.
+``nn.InstanceNorm``'s channel check (a warning only, without affine weights)
+fixed 34_InstanceNorm's channels the same way, and its seed read past its input
+on an H200 at held-out channels (an illegal memory access).
 """
 
 from __future__ import annotations
@@ -50,22 +53,56 @@ from evolve.capture.inductor import capture
 from operators.seeds.convert import seed_source
 from fitness import Evaluator
 path = {path!r}
-shapes = dict(batch_size=2, features=3, sequence_length=64, kernel_size=8)
+shapes = {shapes!r}
 entry = capture(path, device="cpu", shapes=shapes, time_it=False)
 source = seed_source(entry, open(path).read())
 print("static_dims", entry["static_dims"])
-print("length_baked", "51" in source.split("def _inductor_call")[1])
+print("length_baked", {baked!r} in source.split("def _inductor_call")[1])
 with Evaluator(path, platform="cpu", shapes=shapes) as evaluator:
     result = evaluator.evaluate(source)
 print("verdict", result.status.value, result.reason[:300])
 """
 
 
+@pytest.mark.parametrize("affine", [False, True])
+@pytest.mark.parametrize("layer, shape", [(torch.nn.InstanceNorm2d, (2, 5, 7, 6)),
+                                          (torch.nn.InstanceNorm2d, (5, 7, 6)),  # no batch dimension
+                                          (torch.nn.InstanceNorm1d, (3, 5, 11))])
+def test_the_instance_norm_stand_in_computes_what_the_module_computes(layer, shape, affine):
+    torch.manual_seed(0)
+    x = torch.randn(*shape)
+    norm = layer(5, affine=affine)
+    if affine:
+        torch.nn.init.normal_(norm.weight)
+        torch.nn.init.normal_(norm.bias)
+    original = torch.nn.modules.instancenorm._InstanceNorm.forward
+    expected = norm(x)
+    with symbolic_sizes():
+        assert torch.nn.modules.instancenorm._InstanceNorm.forward.kevo_original is original
+        got = norm(x)
+        if affine:  # the check stays where the weights fix the channels
+            with pytest.raises(ValueError, match="num_features"):
+                norm(torch.randn(2, 4, 7, 6) if layer is torch.nn.InstanceNorm2d else torch.randn(2, 4, 9))
+    assert torch.equal(got, expected)
+    assert torch.nn.modules.instancenorm._InstanceNorm.forward is original  # put back
+
+
 def test_a_max_pooling_seed_holds_at_a_held_out_length():
     """Captured live on the CPU (Inductor's Triton backend, its kernels interpreted), judged at its
     shapes and at held-out ones that change the sequence length."""
-    path = problem_path("kernelbench/level1/41_Max_Pooling_1D")
-    code = CAPTURE.format(root=str(ROOT), path=str(path))
+    _judged_at_held_out_shapes("41_Max_Pooling_1D", dict(batch_size=2, features=3, sequence_length=64,
+                                                          kernel_size=8), "51")
+
+
+def test_an_instance_norm_seed_holds_at_held_out_channels():
+    """34_InstanceNorm (no affine weights): its channel count stays symbolic, so the seed holds where
+    the held-out shapes change it."""
+    _judged_at_held_out_shapes("34_InstanceNorm", dict(batch_size=2, features=9, dim1=12, dim2=10), "9 *")
+
+
+def _judged_at_held_out_shapes(name, shapes, baked):
+    path = problem_path(f"kernelbench/level1/{name}")
+    code = CAPTURE.format(root=str(ROOT), path=str(path), shapes=shapes, baked=baked)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
                          env={**os.environ, "TRITON_INTERPRET": "1"})
     lines = dict(line.split(" ", 1) for line in out.stdout.splitlines() if " " in line)

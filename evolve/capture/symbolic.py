@@ -8,6 +8,11 @@ turns the sequence length into a constant (``guard_int`` in
 computes that length's output at any other and reads past its input (41_Max_Pooling_1D
 at a held-out length). The same pooling as a 2-D pooling over a height of 1,
 which Inductor lowers that way anyway, keeps the length symbolic.
+``nn.InstanceNorm``'s forward compares the channels with ``num_features`` only
+to warn (without affine weights nothing else reads it), and Dynamo guards on
+the comparison: the channel count became a constant, and 34_InstanceNorm's seed
+read past its input at held-out channels. The same forward without the check
+keeps them symbolic.
 
 ``symbolic_sizes()`` puts such equivalents in place of the ops for the
 duration of a capture (one capture at a time in a process:
@@ -48,6 +53,19 @@ def _max_pool1d_as_2d(original: Any) -> Any:
     return max_pool1d
 
 
+def _instance_norm_unchecked(original: Any) -> Any:
+    def forward(self: Any, input: Any) -> Any:
+        if self.affine:  # its weights fix the channels anyway, and a mismatch must raise as before
+            return original(self, input)
+        self._check_input_dim(input)
+        if input.dim() == self._get_no_batch_dim():
+            return self._handle_no_batch_input(input)
+        return self._apply_instance_norm(input)
+
+    forward.kevo_original = original  # type: ignore[attr-defined]
+    return forward
+
+
 @contextlib.contextmanager
 def attributes_replaced(replacements: list[tuple[Any, str, Any]]) -> Iterator[None]:
     """Each ``(owner, name, value)``'s attribute set to ``value`` inside the block, and put back after it,
@@ -64,8 +82,11 @@ def attributes_replaced(replacements: list[tuple[Any, str, Any]]) -> Iterator[No
 
 @contextlib.contextmanager
 def symbolic_sizes() -> Iterator[None]:
-    """``torch.max_pool1d`` as a 2-D max pooling over a height of 1 inside the block."""
+    """``torch.max_pool1d`` as a 2-D max pooling over a height of 1, and ``nn.InstanceNorm``
+    without its warning's channel check, inside the block."""
     import torch
+    from torch.nn.modules.instancenorm import _InstanceNorm
 
-    with attributes_replaced([(torch, "max_pool1d", _max_pool1d_as_2d(torch.max_pool1d))]):
+    with attributes_replaced([(torch, "max_pool1d", _max_pool1d_as_2d(torch.max_pool1d)),
+                              (_InstanceNorm, "forward", _instance_norm_unchecked(_InstanceNorm.forward))]):
         yield
