@@ -15,6 +15,9 @@ convolutions got no seed. Each has an exact equivalent the template takes:
   crops), with the kernel flipped along every spatial axis and its input and
   output channels swapped within each group.
 
+A convolution's bias is added after it (Inductor's template on the CPU takes
+none; on a GPU Inductor takes it out the same way itself).
+
 Each sums the same products (the zeros add nothing), in another order. The
 seeds this gives are slower than cuDNN where the zeros are many (a stride of
 2 multiplies a transposed convolution's work by 4 in 2-D); they are starts
@@ -83,7 +86,10 @@ class _Forms:
             return out if x.dim() == 3 else out.squeeze(0)
         if any(d != 1 for d in dilation):
             w = _spread(w, dilation)
-        return self.op[name](x, w, bias, stride, padding, 1, groups)
+        out = self.op[name](x, w, None, stride, padding, 1, groups)
+        # the bias added after: Inductor's template on the CPU takes none (a GPU's lowering takes it out
+        # itself; the CPU's passes it on, one argument more than the template has)
+        return out if bias is None else out + bias.view(-1, *[1] * n)
 
     def conv_transpose(self, n: int, input: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0,
                        output_padding: Any = 0, groups: int = 1, dilation: Any = 1) -> Any:

@@ -271,6 +271,14 @@ def _cpu_triton() -> Iterator[None]:
         torch_triton.triton_hash_with_backend = saved_hash
 
 
+def _warn_after(torch: Any) -> dict[str, Any]:
+    """``warnings.warn`` in a forward run after the graph, not a break in it (a seed needs one graph)."""
+    import warnings
+
+    known = hasattr(torch._dynamo.config, "reorderable_logging_functions")
+    return {"reorderable_logging_functions": {warnings.warn}} if known else {}
+
+
 def _size_oblivious(fx_config: Any) -> dict[str, bool]:
     """Keep a size of 1 symbolic too (Dynamo otherwise makes it a constant), where torch can."""
     return {"backed_size_oblivious": True} if hasattr(fx_config, "backed_size_oblivious") else {}
@@ -346,8 +354,8 @@ def _capture(path: Path, device: str, mode: str | None, time_it: bool, shapes: d
             yield
     started = time.perf_counter()
     with (_autotuners_made() as tuners, torch.no_grad(), inductor_config.patch(patches),
-          torch._dynamo.config.patch(force_parameter_static_shapes=False,
-                                     force_nn_module_property_static_shapes=False),
+          torch._dynamo.config.patch(force_parameter_static_shapes=False,  # warnings.warn: after the graph
+                                     force_nn_module_property_static_shapes=False, **_warn_after(torch)),
           fx_config.patch(use_duck_shape=False, **(_size_oblivious(fx_config) if oblivious else {}))):
         with compiling():
             out, codes = run_and_get_code(compiled, *inputs)
