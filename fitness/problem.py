@@ -1,9 +1,10 @@
 """Loading a problem in KernelBench's format, with its shape knobs overridden.
 
 A problem file defines ``Model``, ``get_inputs()`` and ``get_init_inputs()``;
-its module-level integer constants are the shape knobs. An override rewrites
-the constant's assignment in the source before any of the module runs, so
-constants derived from it (``bias_shape = (out_features,)``) follow.
+its module-level integer constants are the shape knobs (``n = 8``, ``h = w = 32``,
+``D, H, W = 16, 32, 32``). An override binds one anew right after its assignment,
+before any more of the module runs, so constants derived from it
+(``bias_shape = (out_features,)``) follow.
 
 Optional module-level names kevo reads: ``MAX_ABS_DIFF`` (the problem's
 cutoff), ``HELD_OUT_SHAPES`` (a list of override dicts) and ``INPUT_DOMAIN``
@@ -56,19 +57,32 @@ def _parse(path: Path) -> tuple[str, ast.Module]:
         raise ProblemError(f"problem file {path} does not parse: line {exc.lineno}: {exc.msg}") from None
 
 
-def _knob_assignments(tree: ast.Module) -> dict[str, ast.Assign]:
-    """The module-level ``name = <integer>`` assignments, the integer a literal or arithmetic on
-    literals only (KernelBench writes ``N = 2048 * 2``)."""
-    knobs: dict[str, ast.Assign] = {}
-    for node in tree.body:
-        if (
-            isinstance(node, ast.Assign)
-            and len(node.targets) == 1
-            and isinstance(node.targets[0], ast.Name)
-            and _integer(node.value) is not None
-        ):
-            knobs[node.targets[0].id] = node
-    return knobs
+def _bindings(node: ast.stmt) -> list[tuple[str, ast.expr]]:
+    """The names an assignment binds, each with its expression: ``a = b = 32`` both to ``32``, ``D, H = 16, 32``
+    (``(a, b) = [1, 2]``, nested too) each to its element, a name unpacked from anything else to the whole.
+
+    >>> [(n, ast.unparse(v)) for n, v in _bindings(ast.parse("a = (b, [c, d]) = 1, (2 * 3, -4)").body[0])]
+    [('a', '(1, (2 * 3, -4))'), ('b', '1'), ('c', '2 * 3'), ('d', '-4')]
+    """
+    targets = node.targets if isinstance(node, ast.Assign) else []
+    return [pair for target in targets for pair in _bind(target, node.value)]
+
+
+def _bind(target: ast.expr, value: ast.expr) -> list[tuple[str, ast.expr]]:
+    if isinstance(target, (ast.Name, ast.Starred)):
+        return [(target.id, value)] if isinstance(target, ast.Name) else _bind(target.value, value)
+    if not isinstance(target, (ast.Tuple, ast.List)):
+        return []  # an attribute or a subscript: no module-level name
+    parts = value.elts if isinstance(value, (ast.Tuple, ast.List)) else []
+    if len(parts) != len(target.elts) or any(isinstance(e, ast.Starred) for e in [*parts, *target.elts]):
+        parts = [value] * len(target.elts)
+    return [pair for t, v in zip(target.elts, parts) for pair in _bind(t, v)]
+
+
+def _knob_assignments(tree: ast.Module) -> dict[str, tuple[ast.Assign, ast.expr]]:
+    """Each module-level name an assignment binds to an integer (``_bindings``), with the assignment and
+    the integer: a literal or arithmetic on literals only (KernelBench writes ``N = 2048 * 2``)."""
+    return {name: (node, value) for node in tree.body for name, value in _bindings(node) if _integer(value) is not None}
 
 
 _ARITHMETIC = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: operator.floordiv}
@@ -96,31 +110,20 @@ def _integer(node: ast.AST) -> int | None:
 def shape_knobs(path: str | Path) -> list[ShapeKnob]:
     """The module-level integer constants of a problem file (literals or arithmetic on literals), in file order."""
     _, tree = _parse(Path(path))
-    return [
-        ShapeKnob(name, _integer(node.value), node.lineno)
-        for name, node in _knob_assignments(tree).items()
-    ]
+    return [ShapeKnob(name, _integer(value), node.lineno) for name, (node, value) in _knob_assignments(tree).items()]
 
 
-def _assignment(tree: ast.Module, name: str) -> ast.Assign | None:
-    """The first module-level ``name = ...``, or None."""
-    for node in tree.body:
-        if (
-            isinstance(node, ast.Assign)
-            and len(node.targets) == 1
-            and isinstance(node.targets[0], ast.Name)
-            and node.targets[0].id == name
-        ):
-            return node
-    return None
+def _bound(tree: ast.Module, name: str) -> ast.expr | None:
+    """What the first module-level assignment to ``name`` binds it to (``_bindings``), or None."""
+    return next((value for node in tree.body for bound, value in _bindings(node) if bound == name), None)
 
 
 def _literal(tree: ast.Module, name: str) -> Any:
-    node = _assignment(tree, name)
-    if node is None:
+    value = _bound(tree, name)
+    if value is None:
         return None
     try:
-        return ast.literal_eval(node.value)
+        return ast.literal_eval(value)
     except ValueError:
         raise ProblemError(f"{name} must be a literal in the problem file") from None
 
@@ -151,8 +154,8 @@ DTYPES = ("float32", "float16", "bfloat16")
 
 def _computed(tree: ast.Module, name: str) -> str | None:
     """The expression a module-level ``name = ...`` that is no constant computes, as written."""
-    node = _assignment(tree, name)
-    return None if node is None or isinstance(node.value, ast.Constant) else ast.unparse(node.value)
+    value = _bound(tree, name)
+    return None if value is None or isinstance(value, ast.Constant) else ast.unparse(value)
 
 
 def load_problem(path: str | Path, shapes: dict[str, int] | None = None, dtype: str | None = None) -> Problem:
@@ -170,7 +173,7 @@ def load_problem(path: str | Path, shapes: dict[str, int] | None = None, dtype: 
     if dtype is not None and dtype not in DTYPES:
         raise ProblemError(f"dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
     _source, tree = _parse(path)
-    knobs = _knob_assignments(tree)
+    knobs, after = _knob_assignments(tree), {}
     for name, value in shapes.items():
         if name not in knobs:
             known = ", ".join(knobs) or "none"
@@ -182,7 +185,9 @@ def load_problem(path: str | Path, shapes: dict[str, int] | None = None, dtype: 
             )
         if type(value) is not int:
             raise ProblemError(f"--shape {name}={value!r}: shape values must be integers")
-        knobs[name].value = ast.Constant(value)
+        rebind = ast.Assign(targets=[ast.Name(name, ast.Store())], value=ast.Constant(value))  # a = b = 32: a alone
+        after.setdefault(id(knobs[name][0]), []).append(ast.copy_location(rebind, knobs[name][0]))
+    tree.body = [stmt for node in tree.body for stmt in (node, *after.get(id(node), ()))]
     ast.fix_missing_locations(tree)
     module = types.ModuleType(f"kevo_problem_{path.stem}")
     module.__file__ = str(path)
@@ -303,9 +308,7 @@ def _state_shapes(path: Path, shapes: dict[str, int]) -> dict[str, tuple[int, ..
 def _read_by(tree: ast.Module, function: str) -> set[str]:
     """The names module-level ``function`` reads, and those the module-level assignments and
     functions it reads from read, to the end."""
-    assigned: dict[str, ast.AST] = {node.targets[0].id: node.value for node in tree.body
-                                    if isinstance(node, ast.Assign) and len(node.targets) == 1
-                                    and isinstance(node.targets[0], ast.Name)}
+    assigned: dict[str, ast.AST] = {name: value for node in tree.body for name, value in _bindings(node)}
     assigned.update({node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)})
     found = next((node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == function), None)
     todo = [] if found is None else [found]
