@@ -4,10 +4,12 @@ runs side by side): the same seeds as in process, the same errors, and the sessi
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -55,11 +57,14 @@ same = [(a.source, a.kernels, a.variant, a.duplicates, a.skipped) == (b.source, 
         b.skipped) for a, b in zip(here, there)]
 print(json.dumps([len(here), len(there), same, there[0].kernels]))
 """
+    script = "import logging; logging.basicConfig(level=logging.INFO)\n" + script
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=900, cwd=tmp_path,
                           env={**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""})
     assert done.returncode == 0, done.stderr[-3000:]
     n_here, n_there, same, kernels = json.loads(done.stdout.strip().splitlines()[-1])
     assert n_here == n_there == 1 and same == [True] and kernels
+    # the child's progress, logged again here by the parent: a line per configuration
+    assert "INFO:evolve.capture.apart:seed: " in done.stderr and "configuration default captured in" in done.stderr
     assert not [p for p in Path(os.environ.get("TMPDIR", "/tmp")).glob("kevo-capture-*")
                 if p.stat().st_mtime > Path(tmp_path).stat().st_mtime]  # the call's folder went with it
 
@@ -149,3 +154,73 @@ def test_kevo_s_process_takes_its_own_folders_with_it_as_it_exits(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode != 0 and "holds no kevo run" in done.stderr  # it failed, and still cleaned up
     assert list((tmp_path / "tmp").iterdir()) == []
+
+
+CHATTY = """
+import os, sys, time
+print("torch says something", file=sys.stderr, flush=True)
+print("kevo-capture: seed: p.py: configuration default captured in 1.0 s", file=sys.stderr, flush=True)
+for _ in range(200):  # until the parent has logged the line above, while this process still runs
+    if os.path.exists(sys.argv[1]):
+        print("the last words", file=sys.stderr, flush=True)
+        sys.exit(0)
+    time.sleep(0.05)
+sys.exit(1)
+"""
+
+
+def test_the_child_s_progress_is_logged_while_it_runs(tmp_path):
+    seen = tmp_path / "seen"
+
+    class Handler(logging.Handler):
+        def emit(self, record):
+            self.message = record.getMessage()
+            seen.touch()
+
+    handler = Handler()
+    logging.getLogger("evolve.capture.apart").addHandler(handler)
+    logging.getLogger("evolve.capture.apart").setLevel(logging.INFO)
+    try:
+        tail = apart._run_child([sys.executable, "-c", CHATTY, str(seen)], dict(os.environ), 60, "p.py")
+    finally:
+        logging.getLogger("evolve.capture.apart").removeHandler(handler)
+    assert handler.message == "seed: p.py: configuration default captured in 1.0 s"
+    assert tail == "the last words"  # the child saw its line logged before it ended
+
+
+def test_a_child_that_takes_too_long_is_killed():
+    from evolve.capture.seed import SeedError
+
+    started = time.monotonic()
+    with pytest.raises(SeedError, match="took more than 1 s"):
+        apart._run_child([sys.executable, "-c", "import time; time.sleep(60)"], dict(os.environ), 1, "p.py")
+    assert time.monotonic() - started < 20
+
+
+ORPHAN = """
+import os, subprocess, sys
+sys.path.insert(0, {root!r})
+child = subprocess.Popen([sys.executable, "-c", "import sys, time; sys.path.insert(0, {root!r}); "
+                          "from evolve.capture.apart import watch_parent; watch_parent(%d, 0.1); time.sleep(60)"
+                          % os.getpid()], stdout=subprocess.DEVNULL)
+print(child.pid, flush=True)
+os._exit(0)  # the parent goes, as a driver killed with -9 does
+"""
+
+
+def test_a_capture_whose_driver_is_gone_ends():
+    done = subprocess.run([sys.executable, "-c", ORPHAN.format(root=str(ROOT))], capture_output=True, text=True,
+                          timeout=60)
+    pid = int(done.stdout.strip())
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+            with open(f"/proc/{pid}/stat") as stat:  # ended, not yet reaped (a container's init may not reap)
+                if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return
+        except (ProcessLookupError, FileNotFoundError):
+            return
+        time.sleep(0.1)
+    os.kill(pid, 9)
+    pytest.fail("the orphaned capture still ran 30 s after its parent ended")

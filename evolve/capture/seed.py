@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -170,6 +171,7 @@ def compile_seeds(problem_path: str | Path, device: str = "cuda", shapes: dict[s
         if why_not:
             skipped.append((name, why_not))
             continue
+        started = time.perf_counter()
         try:
             recording = captured_with_room(
                 lambda: capture(problem_path, device=device, shapes=shapes, dtype=dtype, variant=name),
@@ -177,9 +179,14 @@ def compile_seeds(problem_path: str | Path, device: str = "cuda", shapes: dict[s
         except Exception as exc:  # compiling the user's model: any error is the problem's
             reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
             skipped.append((name, f"torch.compile failed: {type(exc).__name__}: {reason}"))
+            log.info("seed: %s: configuration %s failed after %.1f s", problem_path.name, name,
+                     time.perf_counter() - started)
             continue
         finally:
             _release(device)
+        # progress: a problem at its own shapes takes minutes over all its configurations
+        log.info("seed: %s: configuration %s captured in %.1f s (compile %s s)", problem_path.name, name,
+                 time.perf_counter() - started, recording.get("compile_s", "?"))
         if name == "default":
             first_code = "\n".join(recording.get("codes") or [])
             default_times = {f"default_{k}": recording.get(k) for k in ("compiled_ms", "compiled_protocol_ms")}
