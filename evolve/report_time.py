@@ -5,7 +5,10 @@ seconds its evaluation spent in each part (the worker's steps, the
 reference's outputs, the comparisons, the timed window, and the waits for
 the device's timing lane and its lock across processes). The report gives
 the median of each part over the run's evaluations, and the pace: results
-per second from the first result to the last.
+per second from the first result to the last, and how many evaluations were
+in flight on average meanwhile (their seconds over that span: well under the
+slots where the memory plan, the breeding or the queue held them back; the
+wait for the memory plan's room is ``wait: memory plan``).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ SHOWN = 6
 
 
 def evaluation_time(individuals: list[Individual]) -> dict[str, Any] | None:
-    """``{"evaluations", "median_s": {part: s}, "pace_per_s"}`` over the finished individuals that
+    """``{"evaluations", "median_s": {part: s}, "pace_per_s", "in_flight"}`` over the finished individuals that
     carry ``walls_s``; None where none does (a store written before verdicts carried it)."""
     finished = [i for i in individuals if i.status != PENDING and i.result]
     walls = [i.result["walls_s"] for i in finished if isinstance(i.result.get("walls_s"), dict)]
@@ -28,8 +31,12 @@ def evaluation_time(individuals: list[Individual]) -> dict[str, Any] | None:
         return None
     median = median_parts(walls)
     ends = sorted(i.finished_at for i in finished if i.finished_at)
-    pace = (len(ends) - 1) / (ends[-1] - ends[0]) if len(ends) > 1 and ends[-1] > ends[0] else None
-    return {"evaluations": len(walls), "median_s": median, "pace_per_s": pace}
+    span = ends[-1] - ends[0] if len(ends) > 1 else 0.0
+    pace = (len(ends) - 1) / span if span > 0 else None
+    # evaluations in flight on average over that span: their seconds (waits for memory too) over its length
+    busy = sum(w.get("total", 0.0) + w.get("wait: memory plan", 0.0) for w in walls)
+    return {"evaluations": len(walls), "median_s": median, "pace_per_s": pace,
+            "in_flight": busy / span if span > 0 else None}
 
 
 def median_parts(walls: list[dict[str, float]]) -> dict[str, float]:
@@ -57,4 +64,6 @@ def time_line(figures: dict[str, Any] | None) -> str:
             + (": " + ", ".join(f"{p} {s:.2f}" for s, p in parts) if parts else ""))
     if figures.get("pace_per_s"):
         line += f"; {figures['pace_per_s']:.2f} results/s from the first to the last"
+    if figures.get("in_flight"):
+        line += f", {figures['in_flight']:.1f} in flight on average"
     return line

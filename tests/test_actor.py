@@ -28,6 +28,33 @@ def test_an_actor_starts_every_slots_worker_when_it_prepares_a_problem():
         actor.close()
 
 
+def test_the_wait_for_the_memory_plan_s_room_is_in_the_verdict_and_its_limit_in_the_info():
+    """Two slots, the memory plan's limit at 1: the second evaluation waits for the first's room, and
+    its verdict says for how long (a run's report counts it); ``prepare`` says how many run at once."""
+    import threading
+
+    actor = EvaluatorActor(slots=2)
+    spec = EvaluatorSpec(str(PROBLEMS / "elementwise" / "reference.py"), platform="cpu",
+                         shapes={"batch_size": 4, "dim": 100})
+    source = (PROBLEMS / "elementwise" / "seed.py").read_text()
+    try:
+        info = actor.prepare(spec)
+        assert info["at_once"] == 2 and info["footprint_gb"] >= 0
+        actor._limit[spec] = 1  # as a plan that fits one evaluation would set it
+        results = []
+        threads = [threading.Thread(target=lambda: results.append(actor.evaluate(spec, source)[1])) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert [r.status for r in results] == [Status.ACCEPTED] * 2
+        first, second = sorted(results, key=lambda r: r.walls_s["wait: memory plan"])
+        assert first.walls_s["wait: memory plan"] < 0.5 * first.walls_s["total"]
+        assert second.walls_s["wait: memory plan"] >= 0.5 * first.walls_s["total"]  # it waited for the first
+    finally:
+        actor.close()
+
+
 def test_the_next_problem_s_evaluators_take_over_the_last_one_s_workers():
     actor = EvaluatorActor(slots=2)
     first = EvaluatorSpec(str(PROBLEMS / "elementwise" / "reference.py"), platform="cpu",

@@ -56,6 +56,16 @@ def test_the_report_gives_the_median_of_each_part_and_the_pace():
     line = time_line(figures)
     assert line.startswith("time       4.00 s an evaluation (median of 3): step call 2.00, wait: lane 0.50")
     assert "0.25 results/s" in line
+    assert figures["in_flight"] == pytest.approx((3.0 + 5.0 + 4.0) / 8.0) and "1.5 in flight on average" in line
+
+
+def test_the_wait_for_the_memory_plan_counts_as_in_flight_and_as_a_part():
+    """Six slots, but the memory plan lets two run: what the report shows is the wait and two in flight."""
+    run = [_individual(n, {"total": 2.0, "wait: memory plan": 2.0 * (n // 2)}, 100.0 + n) for n in range(6)]
+    figures = evaluation_time(run)
+    assert figures["median_s"]["wait: memory plan"] == 2.0
+    assert figures["in_flight"] == pytest.approx((12.0 + 2.0 * (0 + 0 + 1 + 1 + 2 + 2)) / 5.0)
+    assert "wait: memory plan 2.00" in time_line(figures)
 
 
 def test_a_store_from_before_says_nothing_rather_than_zeros():

@@ -138,7 +138,10 @@ class EvaluatorActor:
                 thread.start()
             for thread in starting:
                 thread.join()
-            return {"pid": os.getpid(), **evaluator_info(evaluators[0])}
+            with self._lock:  # how many the memory plan lets run at once (of the slots)
+                at_once = self._limit.get(spec, self.slots)
+            return {"pid": os.getpid(), **evaluator_info(evaluators[0]), "at_once": at_once,
+                    "footprint_gb": round(evaluators[0].prepared.footprint() / 1e9, 2)}
         finally:
             for evaluator in evaluators:
                 self._give_back(spec, evaluator)
@@ -159,8 +162,12 @@ class EvaluatorActor:
             except NoRoomNow as again:
                 return os.getpid(), EvalResult(status=Status.OUT_OF_MEMORY, reason=f"not evaluated: {again}")
         try:
+            asked = time.monotonic()
             with self._admitted(spec) as admission:
+                waited = time.monotonic() - asked
                 result = evaluator.evaluate(source)
+            # the wait for room under the memory plan's limit (before the evaluator's own clock starts)
+            result.walls_s = {**(result.walls_s or {}), "wait: memory plan": waited}
             if result.status is Status.OUT_OF_MEMORY:
                 # other problems' idle evaluators hold memory too (their references, their workers'):
                 # given back, the device may fit this one's evaluation

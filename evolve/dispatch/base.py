@@ -120,6 +120,18 @@ def evaluator_info(evaluator: Any) -> dict[str, Any]:
             "cutoff": evaluator.cutoff, "cutoff_rule": evaluator.cutoff_rule}
 
 
+def at_once_note(info: dict[str, Any], slots: int) -> str:
+    """What the log says of the memory plan, where it lets fewer than ``slots`` evaluations run at once.
+
+    >>> at_once_note({"at_once": 2, "footprint_gb": 30.5}, 6), at_once_note({"at_once": 6}, 6)
+    ('; the memory plan lets 2 run at once (about 30.5 GB each)', '')
+    """
+    at_once = info.get("at_once")
+    if at_once is None or at_once >= slots:
+        return ""
+    return f"; the memory plan lets {at_once} run at once (about {info.get('footprint_gb', '?')} GB each)"
+
+
 class Evaluates(Protocol):
     """What ``InProcessDispatcher`` needs: a ``fitness.Evaluator``, or a test's fake."""
 

@@ -33,7 +33,7 @@ import time
 from typing import Any
 
 from evolve.dispatch.actor import EvaluatorActor, EvaluatorSpec
-from evolve.dispatch.base import Dispatcher, SlotUsage
+from evolve.dispatch.base import Dispatcher, SlotUsage, at_once_note
 from evolve.dispatch.connect import REFUSALS, RayUnavailable, actor_errors, get_answer, import_ray, start_ray
 from evolve.dispatch.fleet import NODE_CHECK_S, Fleet, actor_plan
 from fitness import EvalResult, Status
@@ -113,8 +113,8 @@ class RayDispatcher(Dispatcher):
             self._fleet.kill_all()
             raise
         self.usage = SlotUsage(self.capacity)  # counted from here: start-up is not evaluators' idle time
-        log.info("evaluating on %d Ray actor(s) with %d slot(s) each: %s", len(self._fleet.actors), self.slots,
-                 self.info["device_name"])
+        log.info("evaluating on %d Ray actor(s) with %d slot(s) each: %s%s", len(self._fleet.actors), self.slots,
+                 self.info["device_name"], at_once_note(self.info, self.slots))
 
     def retarget(self, spec: EvaluatorSpec) -> dict[str, Any]:
         """Evaluate later submissions against ``spec``; returns where (as ``info``).
