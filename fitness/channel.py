@@ -59,6 +59,7 @@ class WorkerChannel:
             if self.worker is not None:
                 self.worker.close()
             self.served, self.loaded = 0, None
+            started = time.monotonic()
             self.worker = WorkerProcess(
                 self.platform.name, getattr(self.platform, "index", 0), dict(self.platform.worker_env),
                 self.settings.startup_timeout_s, self.settings.memory_limit_bytes,
@@ -66,6 +67,8 @@ class WorkerChannel:
             )
             self.worker.kind = self._worker_kind()
             self._confinement = getattr(self.worker, "confinement", "")
+            # seconds an evaluation waits for a new worker (its first, or after one crashed or ran out of memory)
+            self.walls["worker start"] += time.monotonic() - started
         return self.worker
 
     def _worker_kind(self) -> tuple:

@@ -181,3 +181,22 @@ def test_compiles_are_timed_into_the_step_and_the_evaluators_breakdown():
     instrument_compiles(harness, Jit)
     assert Jit()._do_compile("k") == "k" and Jit()._do_compile("j") == "j"
     assert harness.loans == 2 and 0.1 <= harness.compile_s < 1.0
+
+
+def test_an_evaluation_that_waits_for_a_new_worker_says_so():
+    """The seconds a new worker takes to start (the first, or one after a crash or running out of
+    memory) are the ``worker start`` part of that evaluation's ``walls_s``; a worker started ahead
+    (``start_worker``) costs the evaluation nothing."""
+    from fitness import Evaluator
+
+    shapes = {"batch_size": 4, "dim": 100}
+    with Evaluator(PROBLEMS / "elementwise" / "reference.py", platform="cpu", shapes=shapes) as evaluator:
+        first = evaluator.evaluate(SEED)
+        assert first.accepted and first.walls_s["worker start"] > 0.05
+        assert "worker start" not in evaluator.evaluate(SEED).walls_s  # the same worker
+        evaluator.channel.discard()  # as after a crash
+        again = evaluator.evaluate(SEED)
+        assert again.accepted and again.walls_s["worker start"] > 0.05
+    with Evaluator(PROBLEMS / "elementwise" / "reference.py", platform="cpu", shapes=shapes) as evaluator:
+        evaluator.start_worker()
+        assert "worker start" not in evaluator.evaluate(SEED).walls_s
