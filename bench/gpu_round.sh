@@ -63,13 +63,23 @@ left() {  # seconds this section may take: its own bound, and what the call has 
     echo "$own"
 }
 
+device_use() {  # what holds the device now: its processes and their memory, and kevo's processes
+    # (a section that finds memory taken by a call before's processes says so in round.log)
+    nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader 2> /dev/null | sed 's/^/   device memory: /'
+    nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader 2> /dev/null | while IFS=, read -r pid mem; do
+        echo "   on the device: pid $pid,$mem: $(ps -o etimes=,args= -p "$pid" 2> /dev/null | cut -c1-150)"
+    done
+}
+
 section() {  # name: runs the section, logs its time and exit code
     local name=$1 t0 rc
     t0=$(date +%s)
     echo "== $name (up to $(left) s)" >> "$OUT/round.log"
+    device_use >> "$OUT/round.log"
     "sec_${name//-/_}" > "$OUT/$name.log" 2>&1
     rc=$?
     echo "== $name rc=$rc in $(( $(date +%s) - t0 )) s" >> "$OUT/round.log"
+    device_use >> "$OUT/round.log"
     pack
 }
 
