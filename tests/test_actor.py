@@ -211,3 +211,41 @@ def test_no_room_now_gives_back_idle_problems_then_is_an_out_of_memory_verdict_a
         assert actor.evaluate(second, softmax)[1].status is Status.ACCEPTED
     finally:
         actor.close()
+
+
+def test_admission_under_the_memory_plan_s_limit_goes_in_the_order_asked():
+    """Six slots, room for one: the evaluations waiting enter oldest first (woken together, none
+    passes an older one), so a candidate is not left waiting while later ones go by."""
+    import threading
+    import time
+
+    actor = EvaluatorActor(slots=6)
+    spec = "a problem"  # any key: the limit is per problem
+    actor._limit[spec] = 1
+    order, release = [], threading.Event()
+
+    def hold():
+        with actor._admitted(spec):
+            release.wait(10)
+
+    def wait_turn(name):
+        with actor._admitted(spec):
+            order.append(name)
+            time.sleep(0.01)
+
+    first = threading.Thread(target=hold)
+    first.start()
+    while actor._in_flight != 1:
+        time.sleep(0.001)
+    waiters = []
+    for name in "abcde":
+        waiters.append(threading.Thread(target=wait_turn, args=(name,)))
+        waiters[-1].start()
+        while len(actor._turns) != len(waiters):  # queued before the next asks
+            time.sleep(0.001)
+    release.set()
+    for thread in [first, *waiters]:
+        thread.join(10)
+    assert order == list("abcde")
+    assert actor._in_flight == 0 and not actor._turns
+    actor.close()

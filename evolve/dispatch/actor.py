@@ -8,6 +8,7 @@ it imports nothing of Ray, so it also runs, and is tested, in-process.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import json
@@ -107,6 +108,7 @@ class EvaluatorActor:
         self._gate = threading.Condition()
         self._in_flight = 0  # evaluations (and, where memory binds, profiles) on the device
         self._admissions: set[_Admission] = set()
+        self._turns: collections.deque[object] = collections.deque()  # waiters for admission, oldest first
         self._limit: dict[EvaluatorSpec, int] = {}  # evaluations at once, per problem
         # the most a lowered limit may rise back to (the plan's; less once a rise ran out of memory), and
         # the evaluations that ended without running out of memory since the limit last moved
@@ -200,8 +202,16 @@ class EvaluatorActor:
         """Wait for room under the problem's limit (``alone``: for the device to itself); yields
         how many others were in flight when this one started, and the most at once while it ran."""
         with self._gate:
-            while self._in_flight >= (1 if alone else self._limit.get(spec, self.slots)):
-                self._gate.wait()
+            # in the order asked: under a limit below the slots, a woken waiter must not pass older ones
+            ticket = object()
+            self._turns.append(ticket)
+            try:
+                while self._turns[0] is not ticket or \
+                        self._in_flight >= (1 if alone else self._limit.get(spec, self.slots)):
+                    self._gate.wait()
+            finally:
+                self._turns.remove(ticket)
+                self._gate.notify_all()  # the next in line may fit too
             admission = _Admission(others=self._in_flight)
             self._in_flight += 1
             self._admissions.add(admission)
