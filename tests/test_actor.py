@@ -249,3 +249,52 @@ def test_admission_under_the_memory_plan_s_limit_goes_in_the_order_asked():
     assert order == list("abcde")
     assert actor._in_flight == 0 and not actor._turns
     actor.close()
+
+
+def test_one_that_runs_out_of_memory_after_others_joined_it_is_tried_again_alone(monkeypatch):
+    """On the H200 at real size a candidate that started first ran out of memory once four more had
+    joined it (another process held 92.6 GB), and its verdict stood: only those that found others in
+    flight when they started were tried again. Any that had company while it ran is now."""
+    import threading
+
+    from fitness import EvalResult, Evaluator
+
+    actor = EvaluatorActor(slots=2)
+    spec = EvaluatorSpec(str(PROBLEMS / "elementwise" / "reference.py"), platform="cpu",
+                         shapes={"batch_size": 4, "dim": 100})
+    source = (PROBLEMS / "elementwise" / "seed.py").read_text()
+    evaluate, calls, joined, done = Evaluator.evaluate, [], threading.Event(), threading.Event()
+
+    def first_runs_out_once_the_second_joins(self, source):
+        calls.append(threading.current_thread().name)
+        if len(calls) == 1:  # the first: alone when it starts, out of memory once the second is in
+            joined.wait(10)
+            return EvalResult(Status.OUT_OF_MEMORY, "kevo's worker ran out of memory during call", platform="cpu")
+        if len(calls) == 2:
+            joined.set()
+            done.wait(10)  # still in flight while the first ends
+        return evaluate(self, source)
+
+    try:
+        actor.prepare(spec)
+        monkeypatch.setattr(Evaluator, "evaluate", first_runs_out_once_the_second_joins)
+        results = {}
+        first = threading.Thread(target=lambda: results.setdefault("first", actor.evaluate(spec, source)[1]),
+                                 name="first")
+        first.start()
+        while not calls:
+            threading.Event().wait(0.01)
+        second = threading.Thread(target=lambda: results.setdefault("second", actor.evaluate(spec, source)[1]),
+                                  name="second")
+        second.start()
+        while actor._in_flight != 1 or len(calls) < 2:  # the first ended (and waits to go alone)
+            threading.Event().wait(0.01)
+        done.set()
+        first.join(30)
+        second.join(30)
+        assert results["first"].status is Status.ACCEPTED, results["first"].reason  # tried again, alone
+        assert "out of memory: first try" in results["first"].walls_s
+        assert calls == ["first", "second", "first"]
+        assert actor._limit[spec] == 1  # two were in flight when it ran out: one at once from now on
+    finally:
+        actor.close()

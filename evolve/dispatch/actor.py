@@ -174,7 +174,7 @@ class EvaluatorActor:
                 # other problems' idle evaluators hold memory too (their references, their workers'):
                 # given back, the device may fit this one's evaluation
                 forgotten = self._forget_idle_others(spec, evaluator)
-                if result.harness_failure or admission.others:
+                if result.harness_failure or admission.peak > 1:  # others in flight at any time of it
                     with self._lock:
                         limit = self._limit.get(spec, self.slots)
                         lowered = self._limit[spec] = max(1, min(limit, admission.peak - 1))
@@ -185,7 +185,7 @@ class EvaluatorActor:
                     if lowered < limit:
                         log.warning("%s: out of memory with %d evaluation(s) and profile(s) in flight: %d at once "
                                     "from now on", Path(spec.reference).name, admission.peak, lowered)
-                if result.harness_failure or admission.others or forgotten:
+                if result.harness_failure or admission.peak > 1 or forgotten:
                     first_s = (result.walls_s or {}).get("total", 0.0)
                     with self._admitted(spec, alone=True):
                         result = evaluator.evaluate(source)
