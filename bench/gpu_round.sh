@@ -22,7 +22,7 @@
 #   bash bench/gpu_round.sh gemm                   # levels 1 and 2's GEMMs from compile seeds: the precision table
 #   bash bench/gpu_round.sh level1-seeds           # seeds: compile over all of level 1 at own shapes (runs/kb-level1, resumable;
 #                                                  # L1_PROBLEMS="31 34-100": those only; L1_DIR=runs/NAME: another run dir;
-#                                                  # L1_SIDE: runs side by side, default 8; L1_WALL: a run's wall limit, default 90 s)
+#                                                  # L1_SIDE: runs side by side, default 4; L1_WALL: a run's wall limit, default 90 s)
 #
 # SECTION_S (default 540) bounds each section; ROUND_S (default 580) the whole call. PACK=FILE.tgz
 # packs $OUT into one archive after every section (a device call brings back only a few files;
@@ -384,7 +384,7 @@ EOF
 }
 
 sec_level1_seeds() {  # seeds: compile over the whole of level 1 at its own shapes: which problems get an accepted
-    # seed, and why the others get none (runs/kb-level1: resumable; L1_SIDE runs side by side, default 8).
+    # seed, and why the others get none (runs/kb-level1: resumable; L1_SIDE runs side by side, default 4: eight captures at own shapes got no seed in 235 s on an H100).
     # L1_PROBLEMS="31 34-100": only the problems with those leading numbers (copied into runs/l1-part)
     local folder=$L1
     if [[ -n ${L1_PROBLEMS:-} ]]; then
@@ -410,7 +410,7 @@ defaults:
   search: {population_size: 4, max_evaluations: 4, seed: 0, max_wall_time_s: ${L1_WALL:-90}}
   operators: {weights: {parametric_mutation: 0.7, parametric_crossover: 0.3}}
   platform: cuda
-side_by_side: ${L1_SIDE:-8}
+side_by_side: ${L1_SIDE:-4}
 problems:
   - {folder: $folder, seeds: compile}
 EOF
