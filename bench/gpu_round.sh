@@ -69,6 +69,8 @@ device_use() {  # what holds the device now: its processes and their memory, and
     nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader 2> /dev/null | while IFS=, read -r pid mem; do
         echo "   on the device: pid $pid,$mem: $(ps -o etimes=,args= -p "$pid" 2> /dev/null | cut -c1-150)"
     done
+    # the timed-window lock (platforms.device_lock, a flock): who holds it now
+    lslocks -n -o PID,PATH 2> /dev/null | grep 'kevo/locks' | sed 's/^/   device lock held: /'
 }
 
 section() {  # name: runs the section, logs its time and exit code
