@@ -14,8 +14,8 @@ CHILD = """
 import sys, time
 from evolve.stopping import stop_on_sigterm
 stop_on_sigterm()
-print("ready", flush=True)
 try:
+    print("ready", flush=True)  # inside: the stop may come before print returns
     while True:
         time.sleep(0.001)
 except KeyboardInterrupt:
