@@ -73,3 +73,29 @@ def test_a_configuration_that_ran_out_beside_others_is_captured_again_once_there
         assert seeds[0].recording["memory_wait_s"] >= 0  # the run keeps the wait
     else:
         assert "out of memory" in skipped["default"] and seeds[0].variant != "default"
+
+
+def test_a_problem_that_waited_in_vain_does_not_wait_again_for_its_next_configurations(monkeypatch):
+    """Out of memory in every configuration, the device never freeing enough: one wait of
+    ``memory_wait_s``, not one a configuration (four configurations could hold a sweep's run for
+    12 minutes of waiting before it was set aside to run alone)."""
+    from evolve.capture import inductor, seed
+
+    def full(path, **kwargs):
+        raise RuntimeError("CUDA out of memory. Tried to allocate 7.00 GiB. GPU 0 has 1.06 GiB free")
+
+    waits: list[float] = []
+
+    def wait_for(need, memory, wait_s, *args, **kwargs):
+        waits.append(wait_s)
+        return False  # the room never came
+
+    monkeypatch.setattr(inductor, "capture", full)
+    monkeypatch.setattr(seed, "_require_gpu", lambda device: None)
+    monkeypatch.setattr(seed, "_release", lambda device: None)
+    monkeypatch.setattr(seed, "_reference_error", lambda *args: "")
+    monkeypatch.setattr(room, "wait_for", wait_for)
+    with pytest.raises(seed.SeedError, match="out of memory") as raised:
+        seed.compile_seeds(problem_file(MSE), device="cuda", memory_wait_s=30.0)
+    assert waits == [30.0]  # the first configuration waited; the others ran out at once
+    assert str(raised.value).count("out of memory") >= 2  # every configuration was still tried

@@ -145,6 +145,7 @@ def compile_seeds(problem_path: str | Path, device: str = "cuda", shapes: dict[s
     (``evolve.capture.room``; a sweep's runs side by side)."""
     from evolve.capture.inductor import VARIANTS, capture
     from evolve.capture.room import captured_with_room
+    from fitness.refusal import out_of_memory
 
     from operators.seeds.variants import distinct
 
@@ -172,13 +173,18 @@ def compile_seeds(problem_path: str | Path, device: str = "cuda", shapes: dict[s
             skipped.append((name, why_not))
             continue
         started = time.perf_counter()
+        wait_s = memory_wait_s if device != "cpu" else 0.0
         try:
             recording = captured_with_room(
                 lambda: capture(problem_path, device=device, shapes=shapes, dtype=dtype, variant=name),
-                problem_path, shapes, dtype, memory_wait_s if device != "cpu" else 0.0, lambda: _release(device))
+                problem_path, shapes, dtype, wait_s, lambda: _release(device))
         except Exception as exc:  # compiling the user's model: any error is the problem's
             reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
             skipped.append((name, f"torch.compile failed: {type(exc).__name__}: {reason}"))
+            if wait_s > 0 and out_of_memory(exc):
+                # it waited for room in vain: the next configurations do not wait again (up to
+                # memory_wait_s each); out of memory at once, the run is set aside to go alone
+                memory_wait_s = 0.0
             log.info("seed: %s: configuration %s failed after %.1f s", problem_path.name, name,
                      time.perf_counter() - started)
             continue
