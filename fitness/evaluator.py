@@ -144,7 +144,7 @@ class Evaluator:
                 refs.extend(self.prepared.reference_outputs(variant, seed, probe))
 
         step = Call(seed, variant.output_bytes, probe, lend=True)
-        overlap = self.prepared.overlap_reference  # read once: another slot's actor may set it meanwhile
+        overlap = self.prepared.overlap_reference if variant is self.main else self.prepared.overlap_held_out  # once
         with self._waiting("wait: lane", self.lane.shared()) as hold:
             reply, outputs = self.channel.step(step, reference if overlap else None, self.channel.lending(hold))
             if isinstance(reply, Refused):

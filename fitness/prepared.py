@@ -53,6 +53,9 @@ GB = float(1 << 30)
 #: An evaluation that needs at most this share of the device's memory would fit it were nothing else
 #: there: when less is free, that is ``NoRoomNow``, not the problem's fault.
 ROOM_SHARE = 0.9
+#: Where a check overlaps the reference with the candidate, (main shapes, held-out shapes), from the
+#: fastest to the leanest: a grown held-out shape is the largest, and is checked once an evaluation.
+PLANS = ((True, True), (True, False), (False, False))
 
 
 class PreparedProblem:
@@ -125,9 +128,10 @@ class PreparedProblem:
             self._note("no held-out shapes: no size of 8 or more here is the data's alone (the model's settings "
                        "and the sizes its weights fix stay), so kernels are checked at these shapes only; "
                        "HELD_OUT_SHAPES in the problem or held_out_shapes in the config gives others")
-        #: Whether a check computes the reference's outputs while the worker runs the candidate
-        #: (faster) or before (less memory: fitness.memory_plan); slots_that_fit may turn it off.
-        self.overlap_reference = True
+        #: Whether a check at the main shapes computes the reference's outputs while the worker runs
+        #: the candidate (faster) or after it (less memory: fitness.memory_plan), and a check at a
+        #: held-out shape (grown, the larger); slots_that_fit may turn either off.
+        self.overlap_reference = self.overlap_held_out = True
         free = platform.free_memory()
         if self.footprint(overlap=False) > free:
             need, total = self.footprint(overlap=False), platform.total_memory()
@@ -135,7 +139,8 @@ class PreparedProblem:
                 raise NoRoomNow(self._too_big(need, free, f"the device has {total / GB:.1f} GB: other work holds "
                                                           "the rest now"))
             raise ProblemError(self._too_big(need, free))
-        self.overlap_reference = self.footprint(overlap=True) <= free
+        self.overlap_reference, self.overlap_held_out = next(
+            (plan for plan in PLANS if self.footprint(*plan) <= free), PLANS[-1])
         #: The floor at the main shapes on this device (fitness.floor; peaks measured on first use).
         self.floor: Floor | None
         self.floor, why = floor_for(self.main.problem, platform, self.main.input_bytes + sum(self.main.output_bytes))
@@ -344,32 +349,38 @@ class PreparedProblem:
     def variants(self) -> list[Variant]:
         return [self.main, *(v for group in self.held_out_groups for v in group)]
 
-    def footprint(self, overlap: bool | None = None) -> int:
+    def footprint(self, overlap: bool | None = None, held_out_overlap: bool | None = None) -> int:
         """Bytes of device memory one evaluation in flight needs at most: its largest phase
         (``fitness.memory_plan``) over the variants it goes through (the main shapes checked
         and timed, each held-out shape only checked), plus a process's own overhead;
-        ``overlap`` as the checks run now unless given."""
-        overlap = self.overlap_reference if overlap is None else overlap
-        return (max(v.footprint(overlap, timed=v is self.main) for v in self.variants())
-                + self.platform.process_overhead_bytes)
+        ``overlap`` (at the main shapes) and ``held_out_overlap`` (at held-out ones; ``overlap``
+        if not given) as the checks run now unless given."""
+        if overlap is None:
+            overlap, held_out_overlap = self.overlap_reference, self.overlap_held_out
+        held_out_overlap = overlap if held_out_overlap is None else held_out_overlap
+        return (max(v.footprint(overlap if v is self.main else held_out_overlap, timed=v is self.main)
+                    for v in self.variants()) + self.platform.process_overhead_bytes)
 
     def slots_that_fit(self, wanted: int) -> int:
         """How many of ``wanted`` evaluations at once fit in the device's free memory (at least 1:
-        ``__init__`` refused a problem where one does not). Where overlapping the reference with
-        the candidate lets fewer run at once than holding them one after the other, the checks
-        stop overlapping."""
+        ``__init__`` refused a problem where one does not). The checks overlap the reference with
+        the candidate (``PLANS``, in order: everywhere, at the main shapes only, nowhere) as far as
+        that does not let fewer run at once."""
         free = self.platform.free_memory()
-        fit = int(free // max(self.footprint(overlap=True), 1))
-        self.overlap_reference = True
-        if fit < wanted:
-            apart = int(free // max(self.footprint(overlap=False), 1))
-            if apart > fit:
-                self.overlap_reference, fit = False, apart
-        fit = max(1, min(wanted, fit))
-        if fit < wanted or not self.overlap_reference:
+        best: tuple[int, tuple[bool, bool]] | None = None
+        for plan in PLANS:
+            fit = int(free // max(self.footprint(*plan), 1))
+            if best is None or fit > best[0]:
+                best = (fit, plan)
+            if fit >= wanted:
+                break
+        assert best is not None
+        (self.overlap_reference, self.overlap_held_out), fit = best[1], max(1, min(wanted, best[0]))
+        if fit < wanted or best[1] != PLANS[0]:
+            where = {PLANS[0]: "", PLANS[1]: " (references at held-out shapes computed after the candidate)",
+                     PLANS[2]: " (references computed after the candidate, not beside it)"}[best[1]]
             log.warning("%s: %d evaluation(s) at once of the %d wanted, each needing about %.1f GB of the %.1f GB "
-                        "free%s", self.reference_path.name, fit, wanted, self.footprint() / GB, free / GB,
-                        "" if self.overlap_reference else " (references computed after the candidate, not beside it)")
+                        "free%s", self.reference_path.name, fit, wanted, self.footprint() / GB, free / GB, where)
         return fit
 
     def _too_big(self, need: int, free: int, advice: str = "choose smaller `shapes:`") -> str:

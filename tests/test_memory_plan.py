@@ -108,9 +108,14 @@ def test_slots_stop_overlapping_only_where_that_fits_more(softmax_evaluator, mon
     assert prepared.slots_that_fit(3) == 3 and prepared.overlap_reference  # room again: overlapping again
 
 
-def test_without_overlap_the_reference_runs_once_the_worker_let_its_outputs_go(softmax_evaluator, monkeypatch):
+@pytest.mark.parametrize("main_overlaps", [False, True])
+def test_without_overlap_the_reference_runs_once_the_worker_let_its_outputs_go(softmax_evaluator, monkeypatch,
+                                                                              main_overlaps):
+    """Nowhere, or at the held-out shapes only (the plan's second: main shapes overlapped)."""
     evaluator = softmax_evaluator
-    evaluator.prepared.overlap_reference = False
+    evaluator.prepared.overlap_reference, evaluator.prepared.overlap_held_out = main_overlaps, False
+    main_shapes = evaluator.main.shapes
+    loaded: list[dict] = []
     seen: list[tuple] = []  # (what happened, reference outputs computed by then)
     computed = {"n": 0}
     reference_outputs = evaluator.prepared.reference_outputs
@@ -123,7 +128,10 @@ def test_without_overlap_the_reference_runs_once_the_worker_let_its_outputs_go(s
     step, let_go = evaluator.channel.step, evaluator.channel.let_go
 
     def watched(message, meanwhile=None, interim=None):
-        seen.append((type(message).__name__, computed["n"], meanwhile is None))
+        if type(message).__name__ == "Load":
+            loaded.append(message.shapes)
+        if type(message).__name__ == "Call":
+            seen.append(("Call", computed["n"], meanwhile is None, loaded[-1] == main_shapes))
         return step(message, meanwhile, interim)
 
     def letting_go():
@@ -136,11 +144,16 @@ def test_without_overlap_the_reference_runs_once_the_worker_let_its_outputs_go(s
     result = evaluator.evaluate((SOFTMAX / "seed.py").read_text())
     assert result.status is Status.ACCEPTED, result.reason
     calls = [i for i, event in enumerate(seen) if event[0] == "Call"]
-    assert calls, seen
-    for n, i in enumerate(calls):
+    held_out = [i for i in calls if not seen[i][3]]
+    assert held_out and len(held_out) < len(calls), seen
+    for i in calls:
+        n = seen[i][1]
+        if main_overlaps and seen[i][3]:  # the reference computed meanwhile, no letting go first
+            assert seen[i][2] is False and seen[i + 1][0] == "reference", seen[i:i + 2]
+            continue
         # the call runs alone (nothing meanwhile) before its reference; the worker lets its
         # outputs go; then the reference for that call is computed, and no other
-        assert seen[i] == ("Call", n, True)
+        assert seen[i][2] is True
         assert seen[i + 1:i + 3] == [("let go", n), ("reference", n)], seen[i:i + 3]
 
 
@@ -164,3 +177,26 @@ def test_a_checked_timed_runs_inputs_are_dropped_before_its_hand_over():
     assert {run for run, _ in handed} == window.chosen
     unchecked = [seed for seed in live if seed - 100 not in window.chosen]
     assert unchecked and all(len(live[seed]) == 2 for seed in unchecked)  # the others keep theirs until time_runs drops them
+
+
+def test_a_grown_held_out_shape_checked_apart_lets_more_run_at_once_and_the_main_shapes_still_overlap(
+        softmax_evaluator, monkeypatch):
+    # 23_Softmax at its own shapes (6 GB in, 6 GB out) and a grown held-out shape 1.69 times as large:
+    # overlapped everywhere, the held-out check needs 4 x 10 GB; apart there, 3 x 10 GB, while the
+    # main shapes' checks keep their reference beside the candidate
+    prepared = softmax_evaluator.prepared
+    main = variant(i=6 * GB, o=6 * GB, w=GB // 4)
+    grown = variant(i=int(1.69 * 6 * GB), o=int(1.69 * 6 * GB), w=GB // 4)
+    monkeypatch.setattr(prepared, "main", main)
+    monkeypatch.setattr(prepared, "variants", lambda: [main, grown])
+    everywhere, held_out_apart = prepared.footprint(True, True), prepared.footprint(True, False)
+    nowhere = prepared.footprint(False, False)
+    assert held_out_apart < everywhere and nowhere <= held_out_apart
+    free = {"bytes": 3 * held_out_apart}
+    monkeypatch.setattr(prepared.platform, "free_memory", lambda: free["bytes"])
+    assert free["bytes"] // everywhere == 2
+    assert prepared.slots_that_fit(6) == 3
+    assert (prepared.overlap_reference, prepared.overlap_held_out) == (True, False)
+    assert prepared.footprint() == held_out_apart
+    free["bytes"] = 10 * everywhere  # room for all: overlapping everywhere again
+    assert prepared.slots_that_fit(6) == 6 and (prepared.overlap_reference, prepared.overlap_held_out) == (True, True)
