@@ -51,7 +51,7 @@ def prepare(path: Path, platform, shape_args: list[str], slots: int, probes: boo
         prepared = PreparedProblem(path, platform, shapes, settings=EvalSettings(probes=probes))
         fit = prepared.slots_that_fit(slots)  # first: it decides whether checks overlap the reference
         row.update(status="prepared", footprint_gb=prepared.footprint() / GB, slots=fit,
-                   overlap=prepared.overlap_reference,
+                   overlap=prepared.overlap_reference, held_out_overlap=prepared.overlap_held_out,
                    phases_gb={k: v / GB for k, v in prepared.main.phases(prepared.overlap_reference).items()},
                    cutoff=prepared.cutoff, cutoff_rule=prepared.cutoff_rule,
                    held_out=sum(len(g) for g in prepared.held_out_groups),
