@@ -99,14 +99,11 @@ def _run_child(command: list[str], env: dict[str, str], timeout_s: float, name: 
     try:
         code = child.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        child.kill()
-        child.wait()
         raise SeedError(f"{name}: torch.compile took more than {timeout_s:.0f} s") from None
-    except BaseException:  # an interrupt: the child goes with the call
-        child.kill()
-        child.wait()
-        raise
     finally:
+        if child.poll() is None:  # past its time, or an interrupt: the child goes with the call
+            child.kill()
+            child.wait()
         reader.join(timeout=5)
     return last[0] if last else f"exit code {code}"
 
