@@ -23,6 +23,7 @@ from typing import Any
 from evolve.dispatch.base import evaluator_info
 from fitness import CutoffError, EvalResult, EvalSettings, Evaluator, NoRoomNow, PreparedProblem, ProblemError, Status
 from fitness.lane import TimingLane
+from fitness.prepared import GB
 from platforms import Platform, PlatformUnavailable, get_platform
 
 log = logging.getLogger(__name__)
@@ -143,7 +144,7 @@ class EvaluatorActor:
             with self._lock:  # how many the memory plan lets run at once (of the slots)
                 at_once = self._limit.get(spec, self.slots)
             return {"pid": os.getpid(), **evaluator_info(evaluators[0]), "at_once": at_once,
-                    "footprint_gb": round(evaluators[0].prepared.footprint() / 1e9, 2)}
+                    "footprint_gb": round(evaluators[0].prepared.footprint() / GB, 2)}  # as the plan's warnings
         finally:
             for evaluator in evaluators:
                 self._give_back(spec, evaluator)
