@@ -6,9 +6,10 @@ reference's outputs, the comparisons, the timed window, and the waits for
 the device's timing lane and its lock across processes). The report gives
 the median of each part over the run's evaluations, and the pace: results
 per second from the first result to the last, and how many evaluations were
-in flight on average meanwhile (their seconds over that span: well under the
-slots where the memory plan, the breeding or the queue held them back; the
-wait for the memory plan's room is ``wait: memory plan``).
+in flight on average meanwhile: their seconds over that span, the wait for
+the memory plan's room included (an actor holds them then), so under the
+slots where the breeding or the queue left slots idle; how much of it was
+that wait is the part ``wait: memory plan``.
 """
 
 from __future__ import annotations
