@@ -78,8 +78,14 @@ section() {  # name: runs the section, logs its time and exit code
     t0=$(date +%s)
     echo "== $name (up to $(left) s)" >> "$OUT/round.log"
     device_use >> "$OUT/round.log"
+    # while it runs, what holds the device every ${SAMPLE_S:-20} s (a section that stalls shows what held it)
+    ( while sleep "${SAMPLE_S:-20}"; do echo "-- $name +$(( $(date +%s) - t0 )) s"; device_use; done \
+        >> "$OUT/$name.device.log" 2>&1 ) &
+    local sampler=$!
     "sec_${name//-/_}" > "$OUT/$name.log" 2>&1
     rc=$?
+    kill "$sampler" 2> /dev/null
+    wait "$sampler" 2> /dev/null
     echo "== $name rc=$rc in $(( $(date +%s) - t0 )) s" >> "$OUT/round.log"
     device_use >> "$OUT/round.log"
     pack
