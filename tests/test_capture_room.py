@@ -99,3 +99,70 @@ def test_a_problem_that_waited_in_vain_does_not_wait_again_for_its_next_configur
         seed.compile_seeds(problem_file(MSE), device="cuda", memory_wait_s=30.0)
     assert waits == [30.0]  # the first configuration waited; the others ran out at once
     assert str(raised.value).count("out of memory") >= 2  # every configuration was still tried
+
+
+class _Held:
+    """What a capture holds on the device, in the capture's own frame."""
+
+
+def test_a_capture_that_ran_out_lets_go_of_what_it_held_before_it_waits():
+    """The error's traceback keeps the failed capture's frames and their tensors: on an H100, three
+    captures that ran out together held 73 of 80 GB while each waited for the others' room."""
+    import weakref
+
+    held: list[weakref.ref] = []
+    at_release: list[bool] = []
+
+    def capture():
+        tensors = _Held()  # the capture's inputs and outputs, in its frame
+        held.append(weakref.ref(tensors))
+        if len(held) == 1:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 7.00 GiB")
+        return {"codes": []}
+
+    def release():
+        import gc
+
+        gc.collect()
+        at_release.append(held[0]() is None)
+
+    recording = room.captured_with_room(capture, PROBLEMS / "softmax" / "reference.py", {"batch_size": 4, "dim": 100},
+                                        None, 30.0, release, memory=lambda: (100 * GB, 140 * GB))
+    assert at_release == [True]  # gone before the wait, not only after the second capture
+    assert recording["memory_wait_s"] >= 0
+
+
+def test_large_captures_side_by_side_take_turns_on_the_device_and_small_ones_do_not(tmp_path, monkeypatch):
+    import threading
+    import time
+
+    from platforms.device_lock import DeviceLock
+
+    monkeypatch.setenv("KEVO_LOCK_DIR", str(tmp_path))
+    problem = PROBLEMS / "softmax" / "reference.py"
+    shapes = {"batch_size": 4, "dim": 100}
+    need = room.capture_bytes(problem, shapes, None)
+
+    def overlapped(total: int) -> bool:
+        spans: list[tuple[float, float]] = []
+
+        def capture():
+            start = time.monotonic()
+            time.sleep(0.3)
+            spans.append((start, time.monotonic()))
+            return {}
+
+        def one():
+            room.captured_with_room(capture, problem, shapes, None, 30.0, lambda: None, memory=lambda: (total, total),
+                                    turns=True, lock=lambda: DeviceLock("gpu-capture"))
+
+        threads = [threading.Thread(target=one) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        (a0, a1), (b0, b1) = sorted(spans)
+        return b0 < a1
+
+    assert not overlapped(total=need * 4)  # a quarter of the device each: one at a time
+    assert overlapped(total=need * 1000)  # a thousandth: side by side

@@ -12,16 +12,30 @@ captures once more; the recording keeps how long it waited (``memory_wait_s``). 
 sweep's own fallback follows (the run set aside to run alone after the
 others, ``evolve.sweep``). On the H200, four of level 1's problems run eight
 side by side ran out in every configuration at once (``docs/RESULTS.md``).
+
+Two things keep captures side by side from holding each other up:
+
+- A capture that ran out gives back what it holds before it waits: the
+  error's traceback keeps the failed capture's frames, and with them its
+  tensors (on an H100, three captures that ran out together held 73 of 80 GB
+  while each waited 180 s for the others' room, and none came).
+- A large capture (at least ``TURN_SHARE`` of the device's memory by its own
+  estimate) takes its turn on the device (``turn``): captures at KernelBench's
+  own sizes run one at a time there, while small ones still compile side by
+  side. A capture's own estimate is low (Inductor's intermediates and
+  autotuning come on top), so turns, not the estimate, keep them apart.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import time
-from collections.abc import Callable
+import traceback
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from fitness.refusal import out_of_memory  # torch's, or Inductor's wrapping of it
 
@@ -33,6 +47,8 @@ T = TypeVar("T")
 WAIT_S = 180.0
 #: Seconds between looks at the device's free memory.
 POLL_S = 2.0
+#: A capture that needs at least this share of the device's memory takes its turn on the device.
+TURN_SHARE = 0.05
 
 
 def capture_bytes(problem_path: str | Path, shapes: dict[str, int] | None, dtype: str | None) -> int | None:
@@ -64,19 +80,28 @@ def wait_for(need: int, memory: Callable[[], tuple[int, int]], wait_s: float,
 
 def captured_with_room(capture: Callable[[], T], problem_path: str | Path, shapes: dict[str, int] | None,
                        dtype: str | None, wait_s: float, release: Callable[[], None],
-                       memory: Callable[[], tuple[int, int]] | None = None) -> T:
+                       memory: Callable[[], tuple[int, int]] | None = None, turns: bool = False,
+                       lock: Callable[[], Any] | None = None) -> T:
     """``capture()``; where it runs out of device memory and ``wait_s`` > 0, once more after the
-    device has the memory the capture needs (``release()`` first gives back this process's cache)."""
-    try:
-        return capture()
-    except Exception as exc:  # noqa: BLE001 - torch.compile of the user's model: any error may be the memory's
-        if wait_s <= 0 or not out_of_memory(exc):
-            raise
+    device has the memory the capture needs (``release()`` first gives back this process's cache,
+    once the failed capture's frames are cleared). ``turns``: a large capture takes its turn on the
+    device (``turn``; a sweep's runs side by side)."""
+    memory = memory or _device_memory
+    need = capture_bytes(problem_path, shapes, dtype) if (turns or wait_s > 0) else None
+    large = turns and need is not None and need >= TURN_SHARE * memory()[1]
+    with turn(large, Path(problem_path).name, lock):
+        try:
+            return capture()
+        except Exception as exc:  # noqa: BLE001 - torch.compile of the user's model: any error may be the memory's
+            if wait_s <= 0 or not out_of_memory(exc):
+                raise
+            failure = exc
+        # out of the except block, the failed capture's frames cleared: its tensors go before the wait
+        traceback.clear_frames(failure.__traceback__)
         release()
-        need = capture_bytes(problem_path, shapes, dtype)
         started = time.monotonic()
-        if need is None or not wait_for(need, memory or _device_memory, wait_s):
-            raise
+        if need is None or not wait_for(need, memory, wait_s):
+            raise failure
         waited = time.monotonic() - started
         log.info("seed: %s: out of device memory beside other work; room after %.0f s, capturing again",
                  Path(problem_path).name, waited)
@@ -84,6 +109,31 @@ def captured_with_room(capture: Callable[[], T], problem_path: str | Path, shape
         if isinstance(recording, dict):  # the run keeps it (inductor_recording.json): the wait is seen there
             recording["memory_wait_s"] = round(waited, 1)
         return recording
+
+
+@contextlib.contextmanager
+def turn(large: bool, name: str, lock: Callable[[], Any] | None = None) -> Iterator[None]:
+    """The device to this capture until the block ends, where it is ``large``: a file lock beside the
+    device's timed-window lock (``platforms.device_lock``), so captures in other processes take turns."""
+    device_lock = (lock or _capture_lock)() if large else None
+    if device_lock is None:
+        yield
+        return
+    started = time.monotonic()
+    with device_lock.exclusive():
+        waited = time.monotonic() - started
+        if waited >= 1.0:
+            log.info("seed: %s: waited %.0f s for another capture's turn on the device", name, waited)
+        yield
+
+
+def _capture_lock() -> Any:
+    """The lock captures on this process's device take turns for (None where it has none)."""
+    from platforms import get_platform
+    from platforms.device_lock import DeviceLock
+
+    window = get_platform("auto").device_lock()
+    return None if window is None else DeviceLock(f"{window.name}-capture")
 
 
 def _device_memory() -> tuple[int, int]:

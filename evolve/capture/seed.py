@@ -162,6 +162,7 @@ def compile_seeds(problem_path: str | Path, device: str = "cuda", shapes: dict[s
         _require_gpu(device)
     seeds: list[CompiledSeed] = []
     skipped: list[tuple[str, str]] = []
+    turns = memory_wait_s > 0 and device != "cpu"  # side by side: a large capture takes its turn on the device
     default_times: dict[str, Any] = {}  # torch.compile's own times (its default configuration), kept with the seeds
     first_code: str | None = None  # what the default configuration wrote, once captured
     for name in names:
@@ -177,7 +178,7 @@ def compile_seeds(problem_path: str | Path, device: str = "cuda", shapes: dict[s
         try:
             recording = captured_with_room(
                 lambda: capture(problem_path, device=device, shapes=shapes, dtype=dtype, variant=name),
-                problem_path, shapes, dtype, wait_s, lambda: _release(device))
+                problem_path, shapes, dtype, wait_s, lambda: _release(device), turns=turns)
         except Exception as exc:  # compiling the user's model: any error is the problem's
             reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
             skipped.append((name, f"torch.compile failed: {type(exc).__name__}: {reason}"))
