@@ -124,6 +124,7 @@ class Evaluator:
     def _load(self, source: str, variant: Variant) -> Reply:
         """Load ``source`` in the worker at ``variant``'s shapes; the worker's reply."""
         self.channel.loaded = None
+        self.platform.release_memory(keep_bytes=RELEASE_ABOVE)  # this cache's blocks fit no other sizes, nor the worker
         step = Load(source, str(self.prepared.reference_path), variant.shapes, self.settings.init_seed,
                     self.prepared.dtype, lend=True)
         with self._waiting("wait: lane", self.lane.shared()) as hold:
@@ -355,10 +356,9 @@ class Evaluator:
         reduced shape for a large problem (``fitness.profile_shape``), with the
         device to itself while it uses it (the lane held exclusively, never
         during a timing); without one, or once it has failed, the record is the
-        analytic roofline from ``runtime_ms`` (the evaluator's median) and says
-        why in its ``reason``. ``room()``, where given, is entered before the lane while the
-        profiled program is on the device (an actor's admission). Raises ``ProblemError`` for a
-        problem file whose ``FLOPS`` is unusable.
+        analytic roofline from ``runtime_ms`` (the evaluator's median) and says why in its
+        ``reason``. ``room()``, where given, is entered before the lane while the profiled program
+        is on the device (an actor's admission). ``ProblemError``: the problem's ``FLOPS`` is unusable.
         """
         record = profile_candidate(self.profiler, self.prepared.reference_path, self.prepared.shapes, source,
                                    self.platform.name, getattr(self.platform, "index", 0),

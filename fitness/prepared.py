@@ -132,6 +132,9 @@ class PreparedProblem:
         #: the candidate (faster) or after it (less memory: fitness.memory_plan), and a check at a
         #: held-out shape (grown, the larger); slots_that_fit may turn either off.
         self.overlap_reference = self.overlap_held_out = True
+        # what preparing cached at every variant's sizes goes back: the free memory counted below is
+        # this process's and the worker's, and the worker cannot use this process's cache
+        platform.release_memory()
         free = platform.free_memory()
         if self.footprint(overlap=False) > free:
             need, total = self.footprint(overlap=False), platform.total_memory()

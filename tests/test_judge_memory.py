@@ -343,3 +343,33 @@ def test_a_lowered_limit_rises_after_evaluations_that_fit_and_stays_once_a_rise_
     for i in range(6):
         actor.evaluate(spec, f"after {i}")
     assert actor._limit[spec] == 3  # it rose to four and ran out there: three from now on
+
+
+def test_the_judge_gives_its_cache_back_before_the_worker_runs_at_other_sizes(monkeypatch):
+    """The worker cannot use what this process's caching allocator keeps, and blocks cached at one
+    size fit no other: on an H100 a seed ran out at held-out shapes beside 62 GB the judge held
+    after preparing. The judge gives its cache back once prepared and before each variant's load."""
+    from fitness import protocol
+    from fitness.settings import RELEASE_ABOVE
+    from platforms.cpu import CpuPlatform
+
+    events: list = []
+    monkeypatch.setattr(CpuPlatform, "release_memory",
+                        lambda self, keep_bytes=0: events.append(("release", keep_bytes)))
+    with Evaluator(ELEMENTWISE, platform="cpu", shapes={"batch_size": 4, "dim": 100}) as evaluator:
+        assert events and events[-1] == ("release", 0)  # once prepared, before the memory plan counts
+        assert evaluator.prepared.held_out_groups  # held-out shapes to move to
+        events.clear()
+        real = evaluator.channel.step
+
+        def step(message, *args, **kwargs):
+            if isinstance(message, protocol.Load):
+                events.append(("load", tuple(sorted(message.shapes.items()))))
+            return real(message, *args, **kwargs)
+
+        monkeypatch.setattr(evaluator.channel, "step", step)
+        seed = (ELEMENTWISE.parent / "seed.py").read_text()
+        assert evaluator.evaluate(seed).status is Status.ACCEPTED
+    loads = [i for i, e in enumerate(events) if e[0] == "load"]
+    assert len(loads) == 1 + len(evaluator.prepared.held_out_groups)  # each held-out variant, then the main
+    assert all(events[i - 1] == ("release", RELEASE_ABOVE) for i in loads)
