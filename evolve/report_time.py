@@ -8,8 +8,9 @@ the median of each part over the run's evaluations, and the pace: results
 per second from the first result to the last, and how many evaluations were
 in flight on average meanwhile: their seconds over that span, the wait for
 the memory plan's room included (an actor holds them then), so under the
-slots where the breeding or the queue left slots idle; how much of it was
-that wait is the part ``wait: memory plan``.
+slots where the breeding or the queue left slots idle; and how many were
+evaluating, that wait left out, so under the memory plan's limit where
+memory held them back.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ SHOWN = 6
 
 
 def evaluation_time(individuals: list[Individual]) -> dict[str, Any] | None:
-    """``{"evaluations", "median_s": {part: s}, "pace_per_s", "in_flight"}`` over the finished individuals that
+    """``{"evaluations", "median_s": {part: s}, "pace_per_s", "in_flight", "evaluating"}`` over the finished individuals that
     carry ``walls_s``; None where none does (a store written before verdicts carried it)."""
     finished = [i for i in individuals if i.status != PENDING and i.result]
     walls = [i.result["walls_s"] for i in finished if isinstance(i.result.get("walls_s"), dict)]
@@ -35,9 +36,10 @@ def evaluation_time(individuals: list[Individual]) -> dict[str, Any] | None:
     span = ends[-1] - ends[0] if len(ends) > 1 else 0.0
     pace = (len(ends) - 1) / span if span > 0 else None
     # evaluations in flight on average over that span: their seconds (waits for memory too) over its length
-    busy = sum(w.get("total", 0.0) + w.get("wait: memory plan", 0.0) for w in walls)
+    evaluating = sum(w.get("total", 0.0) for w in walls)
+    busy = evaluating + sum(w.get("wait: memory plan", 0.0) for w in walls)
     return {"evaluations": len(walls), "median_s": median, "pace_per_s": pace,
-            "in_flight": busy / span if span > 0 else None}
+            "in_flight": busy / span if span > 0 else None, "evaluating": evaluating / span if span > 0 else None}
 
 
 def median_parts(walls: list[dict[str, float]]) -> dict[str, float]:
@@ -67,4 +69,6 @@ def time_line(figures: dict[str, Any] | None) -> str:
         line += f"; {figures['pace_per_s']:.2f} results/s from the first to the last"
     if figures.get("in_flight"):
         line += f", {figures['in_flight']:.1f} in flight on average"
+        if figures.get("evaluating") is not None and figures["evaluating"] < figures["in_flight"] - 0.05:
+            line += f" ({figures['evaluating']:.1f} evaluating, the rest waiting for the memory plan)"
     return line

@@ -65,7 +65,9 @@ def test_the_wait_for_the_memory_plan_counts_as_in_flight_and_as_a_part():
     figures = evaluation_time(run)
     assert figures["median_s"]["wait: memory plan"] == 2.0
     assert figures["in_flight"] == pytest.approx((12.0 + 2.0 * (0 + 0 + 1 + 1 + 2 + 2)) / 5.0)
-    assert "wait: memory plan 2.00" in time_line(figures)
+    assert figures["evaluating"] == pytest.approx(12.0 / 5.0)  # the memory plan's limit shows here
+    line = time_line(figures)
+    assert "wait: memory plan 2.00" in line and "4.8 in flight on average (2.4 evaluating" in line
 
 
 def test_a_store_from_before_says_nothing_rather_than_zeros():
