@@ -133,6 +133,20 @@ class WorkerChannel:
             self.discard()
             raise
 
+    def idle(self) -> None:
+        """Have the worker drop the candidate and all it holds on the device (``Reset``) while it
+        waits for the next one; a worker that cannot is stopped (the next step starts a fresh one)."""
+        worker = self.worker
+        if worker is None:
+            return
+        try:
+            if worker.alive() and isinstance(self._request(worker, Reset()), Ok):
+                self.loaded = None
+                return
+        except WorkerGone:
+            pass
+        self.discard()
+
     def discard(self) -> None:
         """Stop the worker (the next step starts a fresh one)."""
         if self.worker is not None:

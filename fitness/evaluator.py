@@ -165,6 +165,8 @@ class Evaluator:
         started = time.monotonic()
         try:
             result = self._judge(source, base)
+            if self.main.input_bytes + sum(self.main.output_bytes) >= RELEASE_ABOVE:
+                self.channel.idle()  # a worker between candidates holds nothing: other slots need the room
         except Exception as exc:
             if not out_of_memory(exc):
                 raise
@@ -341,8 +343,7 @@ class Evaluator:
         reply, _ = self.channel.step(step, interim=window.hand)
         return reply
 
-    def _judge_run(self, seed: int, outputs: list) -> Comparison:
-        """One timed run's outputs against the reference's on the same inputs."""
+    def _judge_run(self, seed: int, outputs: list) -> Comparison:  # a timed run's outputs against the reference's
         with self._timed("reference outputs"):
             references = self.prepared.reference_outputs(self.main, seed)
         with self._timed("compare"):
@@ -384,8 +385,7 @@ class Evaluator:
         finally:
             self.walls[part] += time.monotonic() - started
 
-    def close(self) -> None:
-        """Stop the worker."""
+    def close(self) -> None:  # stops the worker
         self.channel.discard()
 
     def __enter__(self) -> "Evaluator":

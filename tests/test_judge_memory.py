@@ -373,3 +373,28 @@ def test_the_judge_gives_its_cache_back_before_the_worker_runs_at_other_sizes(mo
     loads = [i for i, e in enumerate(events) if e[0] == "load"]
     assert len(loads) == 1 + len(evaluator.prepared.held_out_groups)  # each held-out variant, then the main
     assert all(events[i - 1] == ("release", RELEASE_ABOVE) for i in loads)
+
+
+@pytest.mark.parametrize("large", [True, False])
+def test_a_worker_between_candidates_holds_nothing_at_large_sizes(monkeypatch, large):
+    """On an H100 at 23_Softmax's own sizes, six slots' workers each held 12.9 GB between
+    candidates, outside the memory plan, and half the evaluations ran out of memory. After an
+    evaluation of a problem whose main shapes hold a GB or more, the worker drops all it holds
+    (a reset), and the next candidate is judged as before; small problems keep theirs."""
+    import fitness.evaluator as evaluator_module
+    from fitness import protocol
+
+    if large:
+        monkeypatch.setattr(evaluator_module, "RELEASE_ABOVE", 0)  # these sizes count as large
+    seed = (ELEMENTWISE.parent / "seed.py").read_text()
+    with Evaluator(ELEMENTWISE, platform="cpu", shapes={"batch_size": 4, "dim": 100}, held_out=[]) as evaluator:
+        sent: list = []
+        real = evaluator.channel._request
+        monkeypatch.setattr(evaluator.channel, "_request",
+                            lambda worker, step, *a, **k: sent.append(type(step)) or real(worker, step, *a, **k))
+        assert evaluator.evaluate(seed).status is Status.ACCEPTED
+        worker = evaluator.channel.worker
+        assert (protocol.Reset in sent) == large and worker is not None and worker.alive()
+        assert (evaluator.channel.loaded is None) == large
+        assert evaluator.evaluate(seed).status is Status.ACCEPTED  # the same worker, loaded afresh
+        assert evaluator.channel.worker is worker
