@@ -106,8 +106,10 @@ class SweepProgress(SweepObserver):
 
     def ended(self, outcome: Outcome) -> None:
         best = f"{outcome.speedup:.3g}x" if outcome.speedup else "no correct kernel"
+        # a finished run without a correct kernel says why it stopped (the wall limit before its seeds were judged)
+        said = outcome.reason and (outcome.status != "finished" or not outcome.speedup)
         self.console.print(f"kevo sweep: {outcome.name}: {outcome.status}, {best}"
-                           + (f" ({outcome.reason})" if outcome.status != "finished" else ""), highlight=False)
+                           + (f" ({outcome.reason})" if said else ""), highlight=False)
 
     def second_pass(self, shares: dict[str, int]) -> None:
         given = ", ".join(f"{name} +{extra}" for name, extra in shares.items())
