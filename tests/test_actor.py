@@ -251,6 +251,50 @@ def test_admission_under_the_memory_plan_s_limit_goes_in_the_order_asked():
     actor.close()
 
 
+def test_problems_side_by_side_enter_where_their_footprints_fit_together():
+    """Each plan's count is of its own problem's evaluations: side by side, a 45 GB evaluation of
+    one problem and 60 GB of another's under room for 100 would both have entered, and one of them
+    run out of memory (on an H100, 34_InstanceNorm beside 38 and 89). The footprints in flight,
+    whatever their problem, are counted against the room; alone, an evaluation always enters."""
+    import threading
+    import time
+
+    actor = EvaluatorActor(slots=6)
+    big, small = "a large problem", "a smaller problem"
+    actor._limit.update({big: 3, small: 3})
+    actor._need.update({big: 60, small: 45})
+    actor._room.update({big: 100, small: 100})
+    entered, release = [], threading.Event()
+
+    def evaluate(spec, name, hold=False):
+        with actor._admitted(spec):
+            entered.append(name)
+            if hold:
+                release.wait(10)
+
+    first = threading.Thread(target=evaluate, args=(small, "small 1", True))
+    first.start()
+    while actor._in_flight != 1:
+        time.sleep(0.001)
+    assert actor._bytes_in_flight == 45
+    second = threading.Thread(target=evaluate, args=(small, "small 2", True))
+    second.start()
+    while actor._in_flight != 2:  # 90 of 100: its own problem's plan lets it in
+        time.sleep(0.001)
+    third = threading.Thread(target=evaluate, args=(big, "big"))
+    third.start()
+    time.sleep(0.2)
+    assert entered == ["small 1", "small 2"]  # 90 + 60 > 100, though its own count (3) has room
+    release.set()
+    for thread in (first, second, third):
+        thread.join(10)
+    assert entered[-1] == "big" and actor._in_flight == 0 and actor._bytes_in_flight == 0
+    actor._room[big] = 10  # less room than one evaluation: alone, it still enters
+    evaluate(big, "big alone")
+    assert entered[-1] == "big alone"
+    actor.close()
+
+
 def test_one_that_runs_out_of_memory_after_others_joined_it_is_tried_again_alone(monkeypatch):
     """On the H200 at real size a candidate that started first ran out of memory once four more had
     joined it (another process held 92.6 GB), and its verdict stood: only those that found others in

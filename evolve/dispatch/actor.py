@@ -62,6 +62,7 @@ class _Admission:
 
     others: int
     peak: int = 0
+    need: int = 0  # its problem's footprint, counted against the room while it is in flight
 
 
 class EvaluatorActor:
@@ -89,6 +90,11 @@ class EvaluatorActor:
     to the plan's, but not again to a level where it ran out after rising.
     Where memory limits the slots, a hardware profile counts as an
     evaluation while its program is on the device: it holds memory too.
+    With problems side by side, each plan's count is of its own problem's
+    evaluations: an evaluation also enters only where the footprints of all
+    in flight, whatever their problem, and its own fit the room its plan saw
+    (the memory free as it was prepared, and what the evaluations then in
+    flight held), or where nothing else is in flight.
     One that runs out while other problems' evaluators sit idle (a sweep with
     problems side by side) is tried once more after those are closed and
     their memory given back.
@@ -108,6 +114,11 @@ class EvaluatorActor:
         self.keep_problems = keep_problems
         self._gate = threading.Condition()
         self._in_flight = 0  # evaluations (and, where memory binds, profiles) on the device
+        self._bytes_in_flight = 0  # their problems' footprints
+        # per problem: one evaluation's footprint, and the room its plan saw (free memory as it was
+        # prepared, plus what the evaluations in flight then held)
+        self._need: dict[EvaluatorSpec, int] = {}
+        self._room: dict[EvaluatorSpec, int] = {}
         self._admissions: set[_Admission] = set()
         self._turns: collections.deque[object] = collections.deque()  # waiters for admission, oldest first
         self._limit: dict[EvaluatorSpec, int] = {}  # evaluations at once, per problem
@@ -207,14 +218,14 @@ class EvaluatorActor:
             ticket = object()
             self._turns.append(ticket)
             try:
-                while self._turns[0] is not ticket or \
-                        self._in_flight >= (1 if alone else self._limit.get(spec, self.slots)):
+                while self._turns[0] is not ticket or self._blocked(spec, alone):
                     self._gate.wait()
             finally:
                 self._turns.remove(ticket)
                 self._gate.notify_all()  # the next in line may fit too
-            admission = _Admission(others=self._in_flight)
+            admission = _Admission(others=self._in_flight, need=self._need.get(spec, 0))
             self._in_flight += 1
+            self._bytes_in_flight += admission.need
             self._admissions.add(admission)
             for each in self._admissions:
                 each.peak = max(each.peak, self._in_flight)
@@ -223,8 +234,17 @@ class EvaluatorActor:
         finally:
             with self._gate:
                 self._in_flight -= 1
+                self._bytes_in_flight -= admission.need
                 self._admissions.discard(admission)
                 self._gate.notify_all()
+
+    def _blocked(self, spec: EvaluatorSpec, alone: bool) -> bool:
+        """Whether an evaluation of ``spec`` must wait now (called with the gate held): its problem's
+        limit is reached, or the footprints in flight and its own pass the room its plan saw."""
+        if self._in_flight >= (1 if alone else self._limit.get(spec, self.slots)):
+            return True
+        room = self._room.get(spec)
+        return self._in_flight > 0 and room is not None and self._bytes_in_flight + self._need[spec] > room
 
     def _rise_after_clean(self, spec: EvaluatorSpec) -> None:
         """A limit lowered for memory rises by one after ``RISE_AFTER`` evaluations in a row that did not
@@ -319,8 +339,12 @@ class EvaluatorActor:
                 if prepared is None:
                     self._prepared[spec] = evaluator.prepared
                     fit = evaluator.prepared.slots_that_fit(self.slots)
+                    with self._gate:
+                        held = self._bytes_in_flight
                     with self._lock:
                         self._limit[spec] = self._ceiling[spec] = fit
+                        self._need[spec] = evaluator.prepared.footprint()
+                        self._room[spec] = evaluator.prepared.platform.free_memory() + held
         except NoRoomNow:
             raise  # other work's memory, not the problem: another try may find room
         except (ProblemError, CutoffError, PlatformUnavailable) as exc:
