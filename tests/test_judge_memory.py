@@ -135,8 +135,15 @@ def test_out_of_memory_in_the_harness_is_a_result_not_a_traceback():
 
 
 class _Prepared:
+    """A problem prepared on a device with room for any number of its evaluations."""
+
+    platform = type("_Roomy", (), {"free_memory": staticmethod(lambda: 1 << 50)})()
+
     def slots_that_fit(self, wanted: int) -> int:
         return wanted
+
+    def footprint(self) -> int:
+        return 1 << 30
 
 
 class _FlakyEvaluator:
