@@ -134,18 +134,10 @@ class WorkerChannel:
             raise
 
     def idle(self) -> None:
-        """Have the worker drop the candidate and all it holds on the device (``Reset``) while it
-        waits for the next one; a worker that cannot is stopped (the next step starts a fresh one)."""
-        worker = self.worker
-        if worker is None:
-            return
-        try:
-            if worker.alive() and isinstance(self._request(worker, Reset()), Ok):
-                self.loaded = None
-                return
-        except WorkerGone:
-            pass
-        self.discard()
+        """Have the worker drop the candidate and all it holds on the device while it waits for the
+        next one: reset as for a hand-over (``hand_over``), and kept; a worker that cannot is stopped
+        (the next step starts a fresh one)."""
+        self.worker, self.loaded = self.hand_over(), None
 
     def discard(self) -> None:
         """Stop the worker (the next step starts a fresh one)."""
