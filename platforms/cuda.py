@@ -121,6 +121,12 @@ class CudaPlatform(Platform):
     def release_memory(self, keep_bytes: int = 0) -> None:
         import torch
 
+        if keep_bytes == 0:
+            # a full release (a worker between problems or candidates): cuBLAS keeps a workspace a
+            # stream, allocated where the allocator had room, which would hold its segment too
+            clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+            if clear is not None:
+                clear()
         if torch.cuda.memory_reserved(self.index) - torch.cuda.memory_allocated(self.index) > keep_bytes:
             torch.cuda.empty_cache()
 
@@ -175,6 +181,11 @@ class CudaPlatform(Platform):
         except Exception:  # noqa: BLE001 - a trace that cannot start says so in the first window, not here
             pass
         fused_ok(torch.device(self.device()))  # the fingerprint's one-launch sum: compiled and checked
+        # The flush buffer lives as long as the worker: made now, while nothing is cached, it has a
+        # segment of its own. Made at the first timed window, the caching allocator would carve it
+        # out of a freed block of the checks' (gigabytes at KernelBench's sizes), and no release
+        # could give that segment back while the worker lives (6.1 GB an idle worker held on an H100).
+        self.flush_cache()
 
     def device_trace(self) -> Any:
         from platforms.timeline import DeviceTimeline

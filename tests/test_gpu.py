@@ -113,3 +113,20 @@ def test_a_fresh_worker_is_warm_before_its_first_candidate():
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "warm" in done.stdout
+
+
+def test_an_idle_worker_gives_back_what_its_checks_held():
+    """A worker's flush buffer, which lives as long as the worker, is made at its start (warm_up):
+    made later, out of a freed block of gigabytes that the checks held, it kept that whole
+    segment, and a full release gave nothing back (6.1 GB an idle worker held on an H100)."""
+    import subprocess
+    import sys
+
+    probe = ("import torch; from platforms import get_platform; p = get_platform('cuda'); p.warm_up(); "
+             "big = torch.empty(1 << 29, device=p.device()); del big; "  # 2 GiB a check held, freed and cached
+             "p.flush_cache(); p.release_memory(); "
+             "print('held', torch.cuda.memory_reserved(p.index))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    held = int(done.stdout.split("held")[-1])
+    assert held < 1 << 30, f"{held / 2**30:.2f} GiB still reserved after a full release"
