@@ -405,3 +405,24 @@ def test_a_worker_between_candidates_holds_nothing_at_large_sizes(monkeypatch, l
         assert (evaluator.channel.loaded is None) == large
         assert evaluator.evaluate(seed).status is Status.ACCEPTED  # the same worker, loaded afresh
         assert evaluator.channel.worker is worker
+
+
+def test_an_actor_builds_no_more_evaluators_than_its_plan_lets_run(monkeypatch):
+    """Six slots where the plan lets two run (23_Softmax at its own shapes on an H100): candidates
+    waiting for room take no evaluator, so no more workers start or hold memory than two (each
+    extra one started inside an admitted evaluation, 7 s, and held its context and its segment)."""
+    built = []
+
+    class _Planned(_Crowded):
+        def __init__(self, state: dict) -> None:
+            super().__init__(state)
+            self.prepared = type("_TwoFit", (_Prepared,), {"slots_that_fit": lambda self, wanted: 2})()
+            built.append(self)
+
+    state = {"lock": threading.Lock(), "running": 0, "most": 0, "tried": set()}
+    monkeypatch.setattr(EvaluatorSpec, "build", lambda self, lane=None, prepared=None: _Planned(state))
+    actor, spec = EvaluatorActor(slots=6), EvaluatorSpec("r.py")
+    results = _all_at_once(actor, spec, [f"candidate {i}" for i in range(12)])
+    assert len(results) == 12 and all(r.status is Status.ACCEPTED for r in results)
+    assert state["most"] == 2
+    assert len(built) == 2

@@ -80,21 +80,18 @@ class EvaluatorActor:
     (its reference, held-out variants and memory plan).
 
     The memory plan decides how many evaluations run at once: as many slots
-    as fit in the device's free memory (``PreparedProblem.slots_that_fit``).
-    An evaluation that runs out of memory on kevo's side, or any that runs
-    out while others are in flight, is tried once more with the device to
-    itself, and the actor keeps fewer in flight from then on: one fewer than
-    the most that were in flight beside it (never lower than that, so that
-    several running out together do not each take one off). After
-    ``RISE_AFTER`` evaluations in a row that fit, the limit rises by one, up
-    to the plan's, but not again to a level where it ran out after rising.
-    Where memory limits the slots, a hardware profile counts as an
-    evaluation while its program is on the device: it holds memory too.
-    With problems side by side, each plan's count is of its own problem's
-    evaluations: an evaluation also enters only where the footprints of all
-    in flight, whatever their problem, and its own fit the room its plan saw
-    (the memory free as it was prepared, and what the evaluations then in
-    flight held), or where nothing else is in flight.
+    as fit in the device's free memory (``PreparedProblem.slots_that_fit``);
+    an evaluation takes its evaluator once admitted, so no more workers hold
+    memory than that. One that runs out on kevo's side, or while others are
+    in flight, is tried again with the device to itself, and the limit falls
+    to one fewer than the most in flight beside it; after ``RISE_AFTER`` in
+    a row that fit, it rises by one, up to the plan's, but not again to a
+    level where it ran out after rising. Where memory limits the slots, a
+    hardware profile counts as an evaluation while its program is on the
+    device. With problems side by side, an evaluation also enters only where
+    the footprints of all in flight, whatever their problem, and its own fit
+    the room its plan saw (the memory free as it was prepared, and what the
+    evaluations then in flight held), or where nothing else is in flight.
     One that runs out while other problems' evaluators sit idle (a sweep with
     problems side by side) is tried once more after those are closed and
     their memory given back.
@@ -161,24 +158,15 @@ class EvaluatorActor:
                 self._give_back(spec, evaluator)
 
     def evaluate(self, spec: EvaluatorSpec, source: str) -> tuple[int, EvalResult]:
-        """(this actor's pid, the verdict on ``source``)."""
+        """(this actor's pid, the verdict on ``source``), its evaluator taken once it is admitted."""
+        evaluator: Evaluator | None = None
         try:
-            evaluator = self._take(spec)
-        except NoRoomNow as exc:
-            # the problem's evaluators were given back for others' room, and too little is free to build
-            # them again now: once more after other problems' idle evaluators go; if still none, this
-            # candidate ran out of memory as far as its run can tell (a sweep sets such a run aside, to
-            # run alone), and the problem is not refused for good
-            try:
-                if not self._forget_idle_others(spec, get_platform(spec.platform)):
-                    raise
-                evaluator = self._take(spec)
-            except NoRoomNow as again:
-                return os.getpid(), EvalResult(status=Status.OUT_OF_MEMORY, reason=f"not evaluated: {again}")
-        try:
+            if spec not in self._prepared:  # the problem's plan first (its limit, its room): the admission asks it
+                self._give_back(spec, self._taken(spec))
             asked = time.monotonic()
             with self._admitted(spec) as admission:
                 waited = time.monotonic() - asked
+                evaluator = self._taken(spec)
                 result = evaluator.evaluate(source)
             # the wait for room under the memory plan's limit (before the evaluator's own clock starts)
             result.walls_s = {**(result.walls_s or {}), "wait: memory plan": waited}
@@ -206,8 +194,20 @@ class EvaluatorActor:
             else:
                 self._rise_after_clean(spec)
             return os.getpid(), result
+        except NoRoomNow as exc:  # out of memory as far as its run can tell; the problem is not refused for good
+            return os.getpid(), EvalResult(status=Status.OUT_OF_MEMORY, reason=f"not evaluated: {exc}")
         finally:
-            self._give_back(spec, evaluator)
+            if evaluator is not None:
+                self._give_back(spec, evaluator)
+
+    def _taken(self, spec: EvaluatorSpec) -> Evaluator:
+        """An evaluator of ``spec``, once more after others' idle ones go where none fits (``NoRoomNow``)."""
+        try:
+            return self._take(spec)
+        except NoRoomNow:
+            if not self._forget_idle_others(spec, get_platform(spec.platform)):
+                raise
+            return self._take(spec)
 
     @contextlib.contextmanager
     def _admitted(self, spec: EvaluatorSpec, alone: bool = False) -> Iterator["_Admission"]:
