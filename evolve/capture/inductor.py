@@ -14,7 +14,10 @@ problem's inputs, and returns a *recording*: a JSON-able dict with
   and the one it picked;
 - ``outputs``, the versions, and eager/compiled runtimes (``do_bench``, and
   ``compiled_protocol_ms``: the compiled model timed the way kevo times a
-  candidate).
+  candidate);
+- where its time went: ``compile_s`` (compiling and the first run, autotuning
+  included), ``timing_s`` (the runtimes) and ``retried_s`` (each attempt made
+  again in another form before this one, below).
 
 ``operators.seeds.convert`` turns a recording into a candidate file; the
 recordings under ``tests/fixtures/inductor/`` were made with this function, so
@@ -189,12 +192,16 @@ def capture(path: str | Path, device: str = "cuda", mode: str | None = None, tim
     time_it = time_it and device != "cpu"  # interpreted kernels: no figure worth keeping (nor a driver to time on)
     with _ONE_CAPTURE, _cpu_triton() if device == "cpu" else contextlib.nullcontext():
         strict, oblivious = True, True
+        retries: list[float] = []  # the seconds of each attempt made again in another form
         while True:
+            started = time.perf_counter()
             try:
                 with _quiet("torch._guards", "torch._dynamo", "torch.fx.experimental.symbolic_shapes") \
                         if strict else contextlib.nullcontext():
-                    return _capture(Path(path), device, mode, time_it, shapes, dtype, variant, strict, oblivious)
+                    entry = _capture(Path(path), device, mode, time_it, shapes, dtype, variant, strict, oblivious)
+                    return {**entry, "retried_s": retries}
             except Exception as exc:
+                retries.append(round(time.perf_counter() - started, 2))
                 if oblivious and _broke_a_broadcast(exc):
                     oblivious = False  # a size of 1 kept symbolic cannot broadcast (a bias shaped (C, 1, 1))
                 elif strict and ("ConstraintViolation" in type(exc).__name__
@@ -367,6 +374,7 @@ def _capture(path: Path, device: str, mode: str | None, time_it: bool, shapes: d
         refs = list(ref) if isinstance(ref, (tuple, list)) else [ref]
         entry["max_abs_diff"] = max(float((o - r).abs().max()) for o, r in zip(outs, refs))
         if time_it:
+            timing_started = time.perf_counter()
             # with the device to itself across processes, as a timed window (a sweep's other runs
             # evaluate meanwhile: neither's timing may see the other's kernels)
             with device_window(get_platform("auto")):  # (time_it is False on the CPU)
@@ -377,6 +385,7 @@ def _capture(path: Path, device: str, mode: str | None, time_it: bool, shapes: d
                 with compiling():
                     entry["compiled_protocol_ms"] = _protocol_ms(
                         lambda args: compiled(*args), lambda i: make_inputs(problem, 1000 + i, device))
+            entry["timing_s"] = round(time.perf_counter() - timing_started, 2)
     entry["codes"] = list(codes)
     entry["graph_args"] = graphs
     try:

@@ -192,8 +192,8 @@ def compile_seeds(problem_path: str | Path, device: str = "cuda", shapes: dict[s
         finally:
             _release(device)
         # progress: a problem at its own shapes takes minutes over all its configurations
-        log.info("seed: %s: configuration %s captured in %.1f s (compile %s s)", problem_path.name, name,
-                 time.perf_counter() - started, recording.get("compile_s", "?"))
+        log.info("seed: %s: configuration %s captured in %.1f s (%s)", problem_path.name, name,
+                 time.perf_counter() - started, _capture_parts(recording))
         if name == "default":
             first_code = "\n".join(recording.get("codes") or [])
             default_times = {f"default_{k}": recording.get(k) for k in ("compiled_ms", "compiled_protocol_ms")}
@@ -252,6 +252,24 @@ def _with_precision_twins(seeds: list[CompiledSeed]) -> list[CompiledSeed]:
             out.remove(rewrite)
             out.insert(base + 1, rewrite)
     return out
+
+
+def _capture_parts(recording: dict[str, Any]) -> str:
+    """Where a capture's time went, for its progress line.
+
+    >>> _capture_parts({"compile_s": 1.8, "timing_s": 21.0, "retried_s": [190.5]})
+    'compile 1.8 s, timing 21.0 s, 1 attempt made again after 190.5 s'
+    >>> _capture_parts({"compile_s": 0.2})
+    'compile 0.2 s'
+    """
+    parts = [f"compile {recording.get('compile_s', '?')} s"]
+    if recording.get("timing_s") is not None:
+        parts.append(f"timing {recording['timing_s']} s")
+    retried = recording.get("retried_s") or []
+    if retried:
+        parts.append(f"{len(retried)} attempt{'s' if len(retried) > 1 else ''} made again after "
+                     + " + ".join(f"{s} s" for s in retried))
+    return ", ".join(parts)
 
 
 def _cannot_change(variant: str, default_code: str | None) -> str:
