@@ -122,8 +122,8 @@ class CudaPlatform(Platform):
         import torch
 
         if keep_bytes == 0:
-            # a full release (a worker between problems or candidates): cuBLAS keeps a workspace a
-            # stream, allocated where the allocator had room, which would hold its segment too
+            # a full release (a worker reset, the judge once a problem is prepared): cuBLAS keeps a
+            # workspace a stream, allocated where the allocator had room, which would hold its segment too
             clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
             if clear is not None:
                 clear()
