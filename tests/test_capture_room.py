@@ -191,3 +191,43 @@ def test_a_capture_says_where_its_time_went_attempts_made_again_included(monkeyp
     assert len(entry["retried_s"]) == 1 and entry["retried_s"][0] >= 0.05
     line = _capture_parts(entry)
     assert line.startswith("compile 1.8 s, timing 2.5 s, 1 attempt made again after ")
+
+
+def test_a_configuration_starts_in_the_form_the_last_one_ended_in(monkeypatch):
+    """Dynamo's refusal of symbolic sizes that the model's own code causes recurs in every configuration:
+    once one configuration had to fix sizes, the next ones fix them from their first attempt (on an H100,
+    86_conv_depthwise_separable_2D's max-autotune capture threw away 76 s of autotuning at full size
+    before Dynamo refused, as its default configuration had been refused 7 s in)."""
+    from evolve.capture import inductor, seed
+
+    attempts: list[tuple[str, bool]] = []
+
+    def fake_capture(path, device, mode, time_it, shapes, dtype, variant, strict, oblivious):
+        attempts.append((variant, strict))
+        if strict:
+            raise RuntimeError("Dynamo specialized it to be a constant")
+        return {"variant": variant, "codes": [], "static_dims": True, "compile_s": 0.1}
+
+    monkeypatch.setattr(inductor, "_capture", fake_capture)
+    monkeypatch.setattr(seed, "_require_gpu", lambda device: None)
+    monkeypatch.setattr(seed, "_release", lambda device: None)
+    monkeypatch.setattr(seed, "_reference_error", lambda *args: "")
+    with pytest.raises(seed.SeedError):  # the stand-in's code converts to no seed
+        seed.compile_seeds(problem_file(MSE), device="cuda", variants=["default", "max_autotune", "coordinate_descent"])
+    assert attempts == [("default", True), ("default", False), ("max_autotune", False), ("coordinate_descent", False)]
+
+
+def test_a_capture_in_a_given_form_records_it_and_a_first_capture_starts_symbolic(monkeypatch, tmp_path):
+    from evolve.capture import inductor
+
+    forms = []
+
+    def fake_capture(path, device, mode, time_it, shapes, dtype, variant, strict, oblivious):
+        forms.append((strict, oblivious))
+        return {"compile_s": 0.1}
+
+    monkeypatch.setattr(inductor, "_capture", fake_capture)
+    assert inductor.capture(tmp_path / "p.py", device="cuda")["form"] == {"strict": True, "oblivious": True}
+    fixed = inductor.capture(tmp_path / "p.py", device="cuda", form={"strict": False, "oblivious": False})
+    assert fixed["form"] == {"strict": False, "oblivious": False} and fixed["retried_s"] == []
+    assert forms == [(True, True), (False, False)]

@@ -64,7 +64,7 @@ def converted(problem: str, variant: str) -> str:
 
 def replay(captured: list | None = None):
     """A stand-in for ``evolve.capture.inductor.capture`` that hands back the recordings."""
-    def capture(path, device="cuda", mode=None, time_it=True, shapes=None, dtype=None, variant=None):
+    def capture(path, device="cuda", mode=None, time_it=True, shapes=None, dtype=None, variant=None, form=None):
         stem = Path(path).stem
         problem = f"{Path(path).parent.name}/{stem}" if Path(path).parent.parent == PROBLEMS else stem
         if captured is not None:

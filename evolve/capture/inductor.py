@@ -164,7 +164,7 @@ def _protocol_ms(forward: Any, inputs: Any) -> float:
 
 def capture(path: str | Path, device: str = "cuda", mode: str | None = None, time_it: bool = True,
             shapes: dict[str, int] | None = None, dtype: str | None = None,
-            variant: str | None = None) -> dict[str, Any]:
+            variant: str | None = None, form: dict[str, bool] | None = None) -> dict[str, Any]:
     """The recording of Inductor's output for the problem at ``path`` (see the module doc),
     compiled and run at the problem's own shapes or ``shapes`` (and ``dtype``, if given),
     under the Inductor configuration ``variant`` (a name of ``VARIANTS``; "default" if None).
@@ -175,6 +175,9 @@ def capture(path: str | Path, device: str = "cuda", mode: str | None = None, tim
     convolution template's weight sizes), Dynamo refuses, and the capture is made
     again with the marks as hints, so that such dimensions are constants in the
     code (``entry["static_dims"]`` is then True: the seed holds at those sizes only).
+    ``form`` (``entry["form"]`` of an earlier configuration's recording) starts where that
+    capture ended: a refusal the model's own code causes recurs in every configuration,
+    and a template configuration autotunes at full size before Dynamo refuses.
 
     ``mode="max-autotune-triton"`` (the variant "max_autotune") lets Inductor
     benchmark its Triton templates for matmuls and convolutions instead of
@@ -191,7 +194,7 @@ def capture(path: str | Path, device: str = "cuda", mode: str | None = None, tim
     mode = next((m for m, v in MODES.items() if v == variant), None)
     time_it = time_it and device != "cpu"  # interpreted kernels: no figure worth keeping (nor a driver to time on)
     with _ONE_CAPTURE, _cpu_triton() if device == "cpu" else contextlib.nullcontext():
-        strict, oblivious = True, True
+        strict, oblivious = (form or {}).get("strict", True), (form or {}).get("oblivious", True)
         retries: list[float] = []  # the seconds of each attempt made again in another form
         while True:
             started = time.perf_counter()
@@ -199,7 +202,7 @@ def capture(path: str | Path, device: str = "cuda", mode: str | None = None, tim
                 with _quiet("torch._guards", "torch._dynamo", "torch.fx.experimental.symbolic_shapes") \
                         if strict else contextlib.nullcontext():
                     entry = _capture(Path(path), device, mode, time_it, shapes, dtype, variant, strict, oblivious)
-                    return {**entry, "retried_s": retries}
+                    return {**entry, "retried_s": retries, "form": {"strict": strict, "oblivious": oblivious}}
             except Exception as exc:
                 retries.append(round(time.perf_counter() - started, 2))
                 if oblivious and _broke_a_broadcast(exc):

@@ -165,6 +165,7 @@ def compile_seeds(problem_path: str | Path, device: str = "cuda", shapes: dict[s
     turns = memory_wait_s > 0 and device != "cpu"  # side by side: a large capture takes its turn on the device
     default_times: dict[str, Any] = {}  # torch.compile's own times (its default configuration), kept with the seeds
     first_code: str | None = None  # what the default configuration wrote, once captured
+    form: dict[str, bool] | None = None  # where the last capture's sizes ended (symbolic, or some fixed)
     for name in names:
         if limit is not None and len(distinct(seeds, lambda s: s.source, lambda s: s.variant)) >= limit:
             skipped.append((name, f"not captured: {limit} distinct seed(s) are all the run can evaluate"))
@@ -177,7 +178,7 @@ def compile_seeds(problem_path: str | Path, device: str = "cuda", shapes: dict[s
         wait_s = memory_wait_s if device != "cpu" else 0.0
         try:
             recording = captured_with_room(
-                lambda: capture(problem_path, device=device, shapes=shapes, dtype=dtype, variant=name),
+                lambda: capture(problem_path, device=device, shapes=shapes, dtype=dtype, variant=name, form=form),
                 problem_path, shapes, dtype, wait_s, lambda: _release(device), turns=turns)
         except Exception as exc:  # compiling the user's model: any error is the problem's
             reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
@@ -194,6 +195,7 @@ def compile_seeds(problem_path: str | Path, device: str = "cuda", shapes: dict[s
         # progress: a problem at its own shapes takes minutes over all its configurations
         log.info("seed: %s: configuration %s captured in %.1f s (%s)", problem_path.name, name,
                  time.perf_counter() - started, _capture_parts(recording))
+        form = recording.get("form", form)  # the next configuration does not try again what Dynamo refused here
         if name == "default":
             first_code = "\n".join(recording.get("codes") or [])
             default_times = {f"default_{k}": recording.get(k) for k in ("compiled_ms", "compiled_protocol_ms")}
