@@ -9,7 +9,8 @@
 #   bash bench/gpu_round.sh coverage               # level 1 prepared at own shapes: footprint and slots a problem
 #   bash bench/gpu_round.sh seeds sol-sweep        # kevo seed + verify at own shapes (SEED_PROBLEMS: those only); a sweep that stops at SOL
 #   bash bench/gpu_round.sh fixtures               # Inductor's GPU output under each configuration; seed --all
-#   bash bench/gpu_round.sh stream real-size       # a 48-variant cold stream; 23_Softmax at its own shapes (RS_PROBLEM, RS_SLOTS, RS_COMPILE_S, RS_PROFILE_SHARE)
+#   bash bench/gpu_round.sh stream real-size       # a 48-variant cold stream; 23_Softmax at its own shapes (RS_PROBLEM, RS_SLOTS, RS_COMPILE_S,
+#                                                  # RS_PROFILE_SHARE; RS_AHEAD=false: no compiling ahead; RS_NAME: the run dir's name)
 #   bash bench/gpu_round.sh stream-budget          # the cold stream with each compile cut at 8 s (STREAM_COMPILE_S)
 #   bash bench/gpu_round.sh breakdown              # where an evaluation's time goes, at real size (REAL_ONLY=1: only) and cold
 #   bash bench/gpu_round.sh spy-stream spy-real    # the same, sampled by py-spy: where every process's threads wait
@@ -233,13 +234,14 @@ operators: {weights: {parametric_mutation: 0.7, parametric_crossover: 0.3}}
 platform: cuda
 cluster: {slots: ${RS_SLOTS:-null}}
 EOF
-    [[ -n ${RS_COMPILE_S:-} ]] && echo "fitness: {compile_timeout_s: $RS_COMPILE_S}" >> "$OUT/softmax.yaml"
+    echo "fitness: {compile_timeout_s: ${RS_COMPILE_S:-60}, compile_ahead: ${RS_AHEAD:-true}}" >> "$OUT/softmax.yaml"
     [[ -n ${RS_PROFILE_SHARE:-} ]] && echo "profiler: {max_device_share: $RS_PROFILE_SHARE}" >> "$OUT/softmax.yaml"
-    local t0=$(date +%s)
-    timeout "$(left)" python3 -m evolve.cli run "$OUT/softmax.yaml" --run-dir "$OUT/softmax"
+    local t0=$(date +%s) run=$OUT/${RS_NAME:-softmax}  # RS_NAME: another run dir, for a second run in one call
+    cp "$OUT/softmax.yaml" "$run.yaml"
+    timeout "$(left)" python3 -m evolve.cli run "$run.yaml" --run-dir "$run"
     echo "kevo run wall $(( $(date +%s) - t0 )) s"
-    timeout 60 python3 -m evolve.cli report "$OUT/softmax" > "$OUT/softmax_report.txt"
-    python3 - "$OUT/softmax/run.sqlite" <<'EOF'  # the pace once evaluations land: first to last result
+    timeout 60 python3 -m evolve.cli report "$run" > "${run}_report.txt"
+    python3 - "$run/run.sqlite" <<'EOF'  # the pace once evaluations land: first to last result
 import sqlite3, sys
 db = sqlite3.connect(sys.argv[1])
 n, first, last, made = db.execute("SELECT count(*), min(finished_at), max(finished_at), min(created_at)"
@@ -250,7 +252,7 @@ print("profiles", db.execute("SELECT count(*) FROM profiles").fetchone()[0])
 import json, statistics
 walls = [json.loads(r)["walls_s"] for (r,) in db.execute("SELECT result FROM individuals WHERE result IS NOT NULL")]
 walls = [w for w in walls if w and "window" in w]
-for part in ("total", "wait: memory plan", "worker start", "wait: lane", "step call", "compile", "reference outputs", "compare", "window",
+for part in ("total", "ahead", "ahead: compile", "wait: memory plan", "worker start", "wait: lane", "step call", "compile", "reference outputs", "compare", "window",
              "time: warm-up", "time: hand-over", "time: prepare", "time: input check"):
     seen = [w[part] for w in walls if part in w]
     if seen:

@@ -1,11 +1,9 @@
 """The experiment config (YAML): typed, every default in one block, nothing unknown.
 
-A YAML file is a diff of the defaults below. ``load_config(path)`` reads one,
-refusing unknown keys, wrong types, bad values and missing files with one
-``ConfigError`` that names the file and the key; paths in it are relative to
-the file. ``Config.to_dict()`` is the resolved form (absolute paths, every
-default filled in) that a run stores, and ``config_from_dict`` reads it back
-on resume.
+A YAML file is a diff of the defaults below. ``load_config(path)`` reads one, refusing unknown keys,
+wrong types, bad values and missing files with one ``ConfigError`` that names the file and the key;
+paths in it are relative to the file. ``Config.to_dict()`` is the resolved form (absolute paths,
+every default filled in) that a run stores, and ``config_from_dict`` reads it back on resume.
 
 >>> config = load_config("configs/quickstart.yaml")  # doctest: +SKIP
 >>> config.search.population_size  # doctest: +SKIP
@@ -76,6 +74,7 @@ class FitnessConfig:
     timeout_s: float = 300.0  # per step of one evaluation (import, a call, a timing window)
     compile_timeout_s: float = 60.0  # per Triton compile of a candidate's kernel
     probes: bool = True  # also check on probe inputs from a wider value domain (fitness.probes)
+    compile_ahead: bool = True  # where memory binds, compile a candidate's kernels before it holds memory (fitness.ahead)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -84,8 +84,9 @@ class Evaluator:
                 prepared = PreparedProblem(reference, platform, shapes, max_abs_diff, held_out, settings,
                                            dtype, held_out_rng)
         self.prepared = prepared
-        # Wall seconds of the last evaluation by part (worker steps, the evaluator's own checks).
+        # Wall seconds of the last evaluation by part (worker steps, the evaluator's own checks), and
         self.walls: collections.Counter[str] = collections.Counter()
+        self.ahead: dict[str, float] = {}  # of the warm step before the next one (fitness.ahead)
         self.channel = WorkerChannel(prepared.platform, prepared.settings, self.walls)
         # Built once: a tool that fails stays off for this evaluator (ProfilerConfigError for a bad path).
         self.profiler: Profiler = profiler_for(self.platform.name, self.settings.ncu_bin_path,
@@ -94,8 +95,7 @@ class Evaluator:
         self.held_out: list[Variant] = [group[0] for group in prepared.held_out_groups]
 
     # The problem's facts, as its PreparedProblem has them.
-    platform = property(lambda self: self.prepared.platform)
-    settings = property(lambda self: self.prepared.settings)
+    platform, settings = property(lambda self: self.prepared.platform), property(lambda self: self.prepared.settings)
     device = property(lambda self: self.prepared.device)
     main = property(lambda self: self.prepared.main, doc="The variant at the main shapes.")
     cutoff = property(lambda self: self.prepared.cutoff)
@@ -180,7 +180,7 @@ class Evaluator:
             self.platform.release_memory(keep_bytes=RELEASE_ABOVE)
             self.walls["total"] = time.monotonic() - started
         result.confinement = self.channel.confinement()  # of the worker that judged it
-        result.walls_s = {part: round(seconds, 4) for part, seconds in self.walls.items()}
+        result.walls_s, self.ahead = {**self.ahead, **{p: round(s, 4) for p, s in self.walls.items()}}, {}
         return result
 
     def _judge(self, source: str, base: dict[str, Any]) -> EvalResult:

@@ -146,12 +146,20 @@ def _timer_objects(platform) -> dict[str, tuple[Any, str]]:
 
 
 def instrument_launches(harness: Any, *kernel_classes: type) -> None:
-    """Count Triton launches and let the launcher's own tensor ops through the trace."""
+    """Count Triton launches and let the launcher's own tensor ops through the trace. While
+    ``harness.dry`` (a warm step, ``fitness.load_step.warm``), a launch of the first class
+    (Triton's JIT) only compiles (``warmup``), and one of the others (the interpreter) does nothing."""
     for cls in kernel_classes:
         original = cls.run
 
-        def run(self_, *args, _original=original, **kwargs):
-            harness.launches += 1
+        def run(self_, *args, _original=original, _compiles=cls is kernel_classes[0], **kwargs):
+            dry = harness.dry
+            if dry and not _compiles:
+                return None
+            if dry:  # compiled, not launched: a warm step's launch counts as none
+                kwargs["warmup"] = True
+            else:
+                harness.launches += 1
             trace = harness.trace
             if trace is not None:
                 trace.launch_depth += 1
@@ -172,6 +180,23 @@ def instrument_launches(harness: Any, *kernel_classes: type) -> None:
                     trace.launch_depth -= 1
 
         cls.run = run
+
+
+class AheadStop(Exception):
+    """Ends a warm step early: what it cannot compile ahead, the evaluation compiles."""
+
+
+def instrument_autotuners(harness: Any, autotuner_cls: type) -> None:
+    """An autotuner called in a warm step ends it (``AheadStop``): its pick comes from timing
+    each config, which a warm step cannot do."""
+    original = autotuner_cls.run
+
+    def run(self_, *args, _original=original, **kwargs):
+        if harness.dry:
+            raise AheadStop("an autotuner picks its config by running it")
+        return _original(self_, *args, **kwargs)
+
+    autotuner_cls.run = run
 
 
 def instrument_compiles(harness: Any, jit_cls: type) -> None:

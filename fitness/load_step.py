@@ -1,5 +1,5 @@
 """The worker's load step: a candidate's module imported once per source, its ``ModelNew``
-built at each variant's shapes.
+built at each variant's shapes; and its warm step (``warm``): the kernels compiled ahead.
 
 Both run candidate code under the worker's guard (``fitness.guard``); the
 constructor runs inside a dispatch trace too (``fitness.trace``): it may create
@@ -9,6 +9,7 @@ and initialise parameters, not precompute answers with PyTorch.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.util
 import os
 import sys
@@ -17,7 +18,7 @@ from types import ModuleType
 from typing import Any
 
 from fitness.guard import Guard
-from fitness.problem import Problem, build_model
+from fitness.problem import Problem, build_model, load_problem, make_inputs
 from fitness.refusal import HarnessFault, Refusal, classify, describe, forbidden_reason
 from fitness.result import Status
 
@@ -68,3 +69,42 @@ def build_candidate(model_cls: type, problem: Problem, init_seed: int, device: A
     if trace.violations:
         raise Refusal(Status.FORBIDDEN, "in __init__: " + forbidden_reason(trace.violations))
     return model
+
+
+#: The device memory (bytes) a warm step may take beyond what the worker holds: the candidate's
+#: tensors are on ``meta`` there, and one that allocates on the device itself stops the step.
+WARM_ROOM = 256 << 20
+
+
+def warm(harness: Any, step: Any) -> int:
+    """The warm step ``step`` (``fitness.protocol.Warm``): its source imported as a module of its own (so
+    that nothing it keeps at module level, a buffer on ``meta`` or an autotuner's pick, reaches the
+    evaluation's import), its ModelNew built and run on ``meta`` at each of its shapes under the
+    guard, with ``harness.dry`` set: each Triton launch compiles its kernel and launches nothing
+    (``fitness.instrument``), so the evaluation's import finds every kernel in Triton's cache. A
+    candidate that cannot run on ``meta`` (it reads a value, it autotunes) ends the step there.
+    Returns the variants whose forward ran to its end."""
+    import torch
+
+    digest = "ahead_" + hashlib.sha256(step.source.encode()).hexdigest()[:16]
+    module = import_candidate(step.source, digest, harness.tmpdir, harness.guard)
+    reached = 0
+    harness.dry = True
+    try:
+        with harness.platform.memory_capped(WARM_ROOM):
+            for shapes in step.shapes:
+                problem = load_problem(step.problem, shapes, step.dtype)
+                try:
+                    model = build_model(module.ModelNew, problem, step.init_seed, "meta", around=harness.guard.running)
+                    args = make_inputs(problem, 0, "meta")
+                    with harness.guard.running(), torch.no_grad():
+                        model(*args)
+                except (Refusal, HarnessFault):
+                    raise
+                except Exception:  # noqa: BLE001 - the candidate's code on meta: whatever it raises ends the step
+                    break
+                reached += 1
+    finally:
+        harness.dry = False
+        sys.modules.pop(module.__name__, None)
+    return reached

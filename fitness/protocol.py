@@ -3,6 +3,7 @@
 The evaluator (``fitness.channel``) runs one step at a time in its sandboxed
 worker (``fitness.worker``)::
 
+    Warm   compile the candidate's kernels ahead, on the ``meta`` device (before the memory plan lets it on)
     Load   build the candidate's ModelNew at one variant's shapes
     Call   run forward once on the inputs drawn from a seed; its outputs come back
     Time   the timed window; checked runs' outputs come back as the runs end
@@ -115,6 +116,16 @@ class Timed(Message):
 
 
 @message
+class Warmed(Message):
+    """The warm step is done: ``reached``, the variants whose forward ran to its end on ``meta``;
+    ``compile_s``: the seconds Triton compiled in it."""
+
+    HEAD = {"ok": True}
+    reached: int = field(count)
+    compile_s: float = field(duration, default=0.0)
+
+
+@message
 class Environment(Message):
     """The info step is done: the names of the worker's environment variables."""
 
@@ -199,6 +210,26 @@ class Step(Message):
 
 
 @message
+class Warm(Step):
+    """Import the candidate apart (a module of its own, dropped after), build its ModelNew and run
+    forward on the ``meta`` device at each of ``shapes`` in turn, Triton compiling every launch
+    without running it: the kernels land in Triton's cache before the evaluation holds memory
+    (``fitness.ahead``). The compiles lend the (absent) lane like a load's, under the same budget."""
+
+    KIND = "warm"
+    HEAD = {"step": KIND}
+    DONE = Warmed
+    source: str = field(text)
+    problem: str = field(text)
+    shapes: list[dict[str, int]] = field(list_of(dict_of(integer)))
+    init_seed: int = field(integer)
+    dtype: str | None = field(optional(text), default=None)
+
+    def interims(self) -> tuple[type, ...]:
+        return (Compiling, Compiled)
+
+
+@message
 class Load(Step):
     """Import the candidate (once per source) and build its ModelNew at ``shapes``
     (``problem``: the reference file; ``dtype``: the problem's own dtypes if None;
@@ -278,11 +309,11 @@ class Info(Step):
     DONE = Environment
 
 
-Reply = Union[Ok, Outputs, Timed, Environment, Refused, Failed, Compiling, Compiled, TimedRun]
+Reply = Union[Ok, Outputs, Timed, Warmed, Environment, Refused, Failed, Compiling, Compiled, TimedRun]
 Answer = Union[Continue, Stop]
 #: Messages in the middle of a step.
 INTERIMS: tuple[type, ...] = (Compiling, Compiled, TimedRun)
-STEPS: dict[str, type] = {step.KIND: step for step in (Load, Call, Time, Ping, Reset, Info)}
+STEPS: dict[str, type] = {step.KIND: step for step in (Warm, Load, Call, Time, Ping, Reset, Info)}
 _INTERIM_KINDS: dict[str, type] = {kind.HEAD["interim"]: kind for kind in INTERIMS}
 
 

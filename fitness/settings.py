@@ -34,6 +34,7 @@ class EvalSettings:
     # compiles longer holds its slot that long; over this it is a timeout and the worker is killed.
     compile_timeout_s: float = 60.0
     startup_timeout_s: float = 180.0
+    compile_ahead: bool = True  # where memory binds, a candidate's kernels compiled before it holds memory (fitness.ahead)
     memory_limit_bytes: int = 0  # address-space cap of a CPU worker; 0: none
     screen: bool = True  # static screen (the runtime defences stay on regardless)
     # Profiling a parent (``Evaluator.profile``): False keeps to the analytic roofline.

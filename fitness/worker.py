@@ -32,13 +32,13 @@ from fitness import wire
 from fitness.probes import Probe
 from fitness.problem import Problem, load_problem, make_inputs
 from fitness.guard import Guard
-from fitness.instrument import (Watch, instrument_compiles, instrument_launches, instrument_threads, same_hooks,
-                                triton_hooks, watched_objects)
-from fitness.load_step import build_candidate, import_candidate
+from fitness.instrument import (Watch, instrument_autotuners, instrument_compiles, instrument_launches,
+                                instrument_threads, same_hooks, triton_hooks, watched_objects)
+from fitness.load_step import build_candidate, import_candidate, warm
 from fitness.loan import CompileLoan
 from fitness.protocol import (MAX_REASON, Answer, Call, Compiled, Compiling, Continue, Environment, Failed, Info,
                               Load, Message, Ok, Outputs, Ping, ProtocolViolation, Refused, Reset, Stop, Time,
-                              Timed, TimedRun, read_answer, read_step)
+                              Timed, TimedRun, Warm, Warmed, read_answer, read_step)
 from fitness.settings import RELEASE_ABOVE
 from fitness.timed_step import TimedWindow
 from fitness.refusal import HarnessFault, Refusal, classify, describe, forbidden_reason, out_of_memory
@@ -54,7 +54,7 @@ class Harness:
         import torch
         import torch._dynamo  # noqa: F401  (on import it rewraps torch.manual_seed: do it before capturing)
         import triton.language.extra.libdevice  # noqa: F401  (a candidate imports it; its load may not run the import machinery)
-        import triton.runtime.interpreter as interpreter
+        from triton.runtime import autotuner, interpreter
         import triton.runtime.jit as triton_jit
 
         from fitness.trace import ComputeTrace
@@ -67,7 +67,9 @@ class Harness:
         self.launches = 0
         self.compile_s = 0.0  # seconds Triton compiled in this step (fitness.instrument)
         self.trace: Any = None
+        self.dry = False  # a warm step: launches compile, nothing runs (fitness.load_step.warm)
         instrument_launches(self, triton_jit.JITFunction, interpreter.InterpretedFunction)
+        instrument_autotuners(self, autotuner.Autotuner)
         instrument_compiles(self, triton_jit.JITFunction)
         self.hooks = triton_hooks()
         own_threads = {t.ident for t in threading.enumerate()}  # the harness's (the parent watch)
@@ -91,6 +93,7 @@ class Harness:
         self.shipped: list = []  # outputs shared with the evaluator, kept until its next message
         # Each step's handler, by the step's name (fitness.protocol): (the reply, the tensors it carries).
         self.steps: dict[str, Callable[[Any], tuple[Message, list]]] = {
+            Warm.KIND: lambda step: (Warmed(warm(self, step)), []),
             Load.KIND: lambda step: (self.load(step.source, step.problem, step.shapes, step.init_seed, step.dtype), []),
             Call.KIND: lambda step: self.call(step.seed, step.poison, step.probe),
             Time.KIND: lambda step: self.time(step.base_seed, step.check_seed, step.checks, step.poison, step.timing),
@@ -142,8 +145,7 @@ class Harness:
 
     def load(self, source: str, problem_path: str, shapes: dict[str, int], init_seed: int,
              dtype: str | None = None) -> Ok:
-        """Import the candidate (once per source) and build ``ModelNew`` for ``shapes``
-        (``fitness.load_step``)."""
+        """Import the candidate (once per source), build ``ModelNew`` for ``shapes`` (``fitness.load_step``)."""
         digest = hashlib.sha256(source.encode()).hexdigest()[:16]
         if digest != self.source_hash:
             self.module, self.model = None, None
@@ -290,7 +292,7 @@ class Harness:
         reply: Message
         try:
             reply, tensors = self.steps[step.KIND](step)
-            if isinstance(reply, (Outputs, Timed)):
+            if isinstance(reply, (Outputs, Timed, Warmed)):
                 reply = dataclasses.replace(reply, compile_s=self.compile_s)
             self.check_tamper()
             self._check_guard()
@@ -330,15 +332,13 @@ class Harness:
 def _exit_with_parent(leftovers: list[str]) -> None:
     """Never outlive the evaluator that started this worker.
 
-    An idle worker sees its channel close when the evaluator dies; one in the
-    middle of a step (a hanging kernel holding the GPU, say) would not, and
-    would go on after a ``kill -9`` of the run, in the way of its resume. A
-    thread of the harness, started before the thread counter is installed,
-    looks for a new parent twice a second and then removes what the worker
-    leaves on disk and kills its process group (the worker and any compiler
-    it started). Its confinement (``fitness.confine``) lets it empty its
-    scratch directory but not remove the directory itself from the temp
-    folder: the next worker started on the machine does (``fitness.sandbox``).
+    An idle worker sees its channel close when the evaluator dies; one in the middle of a step
+    (a hanging kernel holding the GPU, say) would not, and would go on after a ``kill -9`` of the
+    run, in the way of its resume. A thread of the harness, started before the thread counter is
+    installed, looks for a new parent twice a second and then removes what the worker leaves on
+    disk and kills its process group (the worker and any compiler it started). Its confinement
+    (``fitness.confine``) lets it empty its scratch directory but not remove the directory itself
+    from the temp folder: the next worker started on the machine does (``fitness.sandbox``).
     """
     parent = os.getppid()
 

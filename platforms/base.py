@@ -31,6 +31,8 @@ environment (device visibility, Triton's interpreter) before torch loads.
 from __future__ import annotations
 
 import abc
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 from platforms.fingerprint import Fingerprint, scratch_bytes as fingerprint_scratch_bytes
@@ -168,6 +170,17 @@ class Platform(abc.ABC):
         """Give cached, unused device memory back when more than ``keep_bytes`` of it is
         cached (after running out of it, or between steps, so that the other processes
         evaluating on the device can have it)."""
+
+    @contextlib.contextmanager
+    def memory_capped(self, extra_bytes: int) -> Iterator[None]:
+        """Within the block this process may take at most ``extra_bytes`` of device memory beyond
+        what it holds now; an allocation past that fails as out of memory (a warm step, whose
+        candidate runs on ``meta`` and should take none). No cap where the platform has none."""
+        yield
+
+    #: Whether Triton compiles a kernel here (not the CPU's interpreter), so that compiling a
+    #: candidate's kernels before its evaluation holds memory saves it time (``fitness.ahead``).
+    compiles_ahead: bool = False
 
     #: Device memory a process that evaluates holds besides its tensors (its context,
     #: the cache-flush buffer): counted once per evaluation in flight by the memory plan.

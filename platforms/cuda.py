@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from platforms.base import Platform
@@ -129,6 +131,20 @@ class CudaPlatform(Platform):
                 clear()
         if torch.cuda.memory_reserved(self.index) - torch.cuda.memory_allocated(self.index) > keep_bytes:
             torch.cuda.empty_cache()
+
+    @contextlib.contextmanager
+    def memory_capped(self, extra_bytes: int) -> Iterator[None]:
+        import torch
+
+        total = torch.cuda.get_device_properties(self.index).total_memory
+        held = torch.cuda.memory_reserved(self.index)  # the allocator's limit counts what it reserved
+        torch.cuda.set_per_process_memory_fraction(min(1.0, (held + extra_bytes) / total), self.index)
+        try:
+            yield
+        finally:
+            torch.cuda.set_per_process_memory_fraction(1.0, self.index)
+
+    compiles_ahead = True
 
     # a CUDA context (about 0.5 GB on an H200) and the 512 MB flush buffer
     process_overhead_bytes = (1 << 30) + _FLUSH_BYTES

@@ -14,8 +14,8 @@ from fitness import Status
 from fitness.messages import ProtocolViolation
 from fitness.probes import Probe
 from fitness.protocol import (MAX_REASON, Call, Compiled, Compiling, Continue, Environment, Failed, Info, Load, Ok,
-                              Outputs, Ping, Refused, Reset, Stop, Time, Timed, TimedRun, read_answer, read_reply,
-                              read_step)
+                              Outputs, Ping, Refused, Reset, Stop, Time, Timed, TimedRun, Warm, Warmed, read_answer,
+                              read_reply, read_step)
 from fitness.sandbox import WorkerProcess
 from fitness.timing_checks import OVERHEAD_FACTOR, OVERHEAD_SLACK_MS
 
@@ -24,6 +24,8 @@ TIMED = Timed([1.0, 2.0, 1.5], [1.2, 2.1, 1.6], 0.01, None, [0, 2], {"prepare": 
 
 # Each step with a reply of each kind it may get.
 EXCHANGES = [
+    (Warm("src", "/p.py", [{"dim": 4}, {"dim": 9}], 7, "float16"),
+     [Warmed(1), Warmed(0, compile_s=0.5), Compiling(), Compiled(), Refused(Status.FORBIDDEN, "z", fatal=True)]),
     (Load("src", "/p.py", {"dim": 4}, 7, None, lend=True), [Ok(), Compiling(), Compiled(), Refused(Status.WRONG, "x")]),
     (Call(3, [16, 8], Probe(signs=True, factor=150.0), lend=True),
      [Outputs(), Outputs(compile_s=1.25), Compiling(), Compiled()]),

@@ -1,7 +1,7 @@
-"""What runs in a Ray actor: warm evaluators of one device, and the spec they are built from.
+"""What runs in a Ray actor: warm evaluators of one device, built from ``EvaluatorSpec``s.
 
-``EvaluatorSpec`` is plain, picklable values (the problem, its shapes, the
-cutoff, the evaluation settings). ``EvaluatorActor`` is the class each Ray
+``EvaluatorSpec`` (``evolve.dispatch.spec``) is plain, picklable values (the problem, its shapes,
+the cutoff, the evaluation settings). ``EvaluatorActor`` is the class each Ray
 actor instantiates (``evolve.dispatch.ray`` wraps it with ``ray.remote``);
 it imports nothing of Ray, so it also runs, and is tested, in-process.
 """
@@ -11,7 +11,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 import threading
@@ -21,7 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from evolve.dispatch.base import evaluator_info
-from fitness import CutoffError, EvalResult, EvalSettings, Evaluator, NoRoomNow, PreparedProblem, ProblemError, Status
+from evolve.dispatch.spec import EvaluatorSpec, workers_beside
+from fitness import CutoffError, EvalResult, Evaluator, NoRoomNow, PreparedProblem, ProblemError, Status
+from fitness.ahead import compile_ahead
 from fitness.lane import TimingLane
 from fitness.prepared import GB
 from platforms import Platform, PlatformUnavailable, get_platform
@@ -32,33 +33,9 @@ log = logging.getLogger(__name__)
 RISE_AFTER = 16
 
 
-@dataclasses.dataclass(frozen=True, eq=True)
-class EvaluatorSpec:
-    """Everything an actor needs to build its ``Evaluator``: plain values only."""
-
-    reference: str
-    platform: str = "auto"
-    shapes: dict[str, int] = dataclasses.field(default_factory=dict)
-    max_abs_diff: float | None = None
-    held_out: list[dict[str, int]] | None = None
-    settings: EvalSettings = dataclasses.field(default_factory=EvalSettings)
-    dtype: str | None = None
-
-    def build(self, lane: TimingLane | None = None, prepared: PreparedProblem | None = None) -> Evaluator:
-        """The evaluator (raises ``ProblemError``, ``CutoffError``, ``PlatformUnavailable``);
-        ``prepared`` is the problem another evaluator of this device prepared for this spec."""
-        return Evaluator(self.reference, platform=self.platform, shapes=self.shapes,
-                         max_abs_diff=self.max_abs_diff, held_out=self.held_out, settings=self.settings,
-                         lane=lane, dtype=self.dtype, prepared=prepared)
-
-    def __hash__(self) -> int:
-        return hash(json.dumps(dataclasses.asdict(self), sort_keys=True, default=str))
-
-
 @dataclasses.dataclass(eq=False)
 class _Admission:
-    """One evaluation let onto the device: how many others were there as it came, and the most
-    there were at once (itself included) while it ran."""
+    """One evaluation let onto the device: how many others were there as it came, and the most at once."""
 
     others: int
     peak: int = 0
@@ -68,36 +45,32 @@ class _Admission:
 class EvaluatorActor:
     """What runs in each actor: warm ``Evaluator``s sharing the actor's device.
 
-    The actor is threaded: up to ``slots`` candidates are evaluated at once,
-    each by its own evaluator (its own sandboxed worker), so compiling and
-    checking overlap while timing takes the device's one timing lane
-    (``fitness.lane``) and runs alone. Evaluators are kept per problem
-    (``EvaluatorSpec``), so one pool of actors serves a sweep; only the
-    ``keep_problems`` problems used most recently keep theirs (more than one
-    when a sweep runs problems side by side), and the workers of the ones
-    forgotten are reset and handed to the next problem's evaluators (a worker
-    takes seconds to start). The evaluators of one problem share one ``PreparedProblem``
-    (its reference, held-out variants and memory plan).
+    The actor is threaded: up to ``slots`` candidates are evaluated at once, each by its own
+    evaluator (its own sandboxed worker), so compiling and checking overlap while timing takes the
+    device's one timing lane (``fitness.lane``) and runs alone. Evaluators are kept per problem
+    (``EvaluatorSpec``), so one pool of actors serves a sweep; only the ``keep_problems`` problems
+    used most recently keep theirs (more than one when a sweep runs problems side by side), and the
+    workers of the ones forgotten are reset and handed to the next problem's evaluators (a worker
+    takes seconds to start). The evaluators of one problem share one ``PreparedProblem`` (its
+    reference, held-out variants and memory plan).
 
-    The memory plan decides how many evaluations run at once: as many slots
-    as fit in the device's free memory (``PreparedProblem.slots_that_fit``);
-    an evaluation takes its evaluator once admitted, so no more workers hold
-    memory than that. One that runs out on kevo's side, or while others are
-    in flight, is tried again with the device to itself, and the limit falls
-    to one fewer than the most in flight beside it; after ``RISE_AFTER`` in
-    a row that fit, it rises by one, up to the plan's, but not again to a
-    level where it ran out after rising. Where memory limits the slots, a
-    hardware profile counts as an evaluation while its program is on the
-    device. With problems side by side, an evaluation also enters only where
-    the footprints of all in flight, whatever their problem, and its own fit
-    the room its plan saw (the memory free as it was prepared, and what the
-    evaluations then in flight held), or where nothing else is in flight.
-    One that runs out while other problems' evaluators sit idle (a sweep with
-    problems side by side) is tried once more after those are closed and
-    their memory given back.
+    The memory plan decides how many evaluations run at once: as many slots as fit in the device's
+    free memory (``PreparedProblem.slots_that_fit``); an evaluation takes its evaluator once
+    admitted, so no more workers hold memory than that, except where memory binds and the room
+    beside the plan's evaluations holds more workers: up to as many again take theirs before, and
+    compile the candidate's kernels ahead (``fitness.ahead``). One that runs out on kevo's side, or
+    while others are in flight, is tried again with the device to itself, and the limit falls to
+    one fewer than the most in flight beside it; after ``RISE_AFTER`` in a row that fit, it rises
+    by one, up to the plan's, but not again to a level where it ran out after rising. Where memory
+    limits the slots, a hardware profile counts as an evaluation while its program is on the
+    device. With problems side by side, an evaluation also enters only where the footprints of all
+    in flight, whatever their problem, and its own fit the room its plan saw (the memory free as it
+    was prepared, and what the evaluations then in flight held), or where nothing else is in
+    flight. One that runs out while other problems' evaluators sit idle is tried once more after
+    those are closed and their memory given back.
 
-    A problem the evaluator refuses (``ProblemError``, ...) is raised by
-    ``prepare`` and ``evaluate``, so the driver sees the original error.
+    A problem the evaluator refuses (``ProblemError``, ...) is raised by ``prepare`` and
+    ``evaluate``, so the driver sees the original error.
     """
 
     def __init__(self, home: str | None = None, slots: int = 1, keep_problems: int = 1) -> None:
@@ -105,17 +78,18 @@ class EvaluatorActor:
             os.environ["HOME"] = home  # undo the bootstrap HOME the local head was started with
         self.lane = TimingLane()
         self.slots = slots
-        # By default only the current problem keeps its evaluators: an idle worker of the last one
-        # still holds device memory (its model, its allocator's cache) that the next one may need;
-        # handed over, it is reset first (Harness.reset), keeping only its context.
+        # By default only the current problem keeps its evaluators: an idle worker of the last one holds device
+        # memory the next one may need; handed over, it is reset first (Harness.reset), keeping only its context.
         self.keep_problems = keep_problems
         self._gate = threading.Condition()
         self._in_flight = 0  # evaluations (and, where memory binds, profiles) on the device
         self._bytes_in_flight = 0  # their problems' footprints
-        # per problem: one evaluation's footprint, and the room its plan saw (free memory as it was
-        # prepared, plus what the evaluations in flight then held)
+        # per problem: one evaluation's footprint, the room its plan saw (free memory as it was prepared, plus
+        # what the evaluations in flight then held), and the evaluations beyond its limit that compile ahead
         self._need: dict[EvaluatorSpec, int] = {}
         self._room: dict[EvaluatorSpec, int] = {}
+        self._extra: dict[EvaluatorSpec, int] = {}
+        self._holders: collections.Counter[EvaluatorSpec] = collections.Counter()  # evaluations holding an evaluator
         self._admissions: set[_Admission] = set()
         self._turns: collections.deque[object] = collections.deque()  # waiters for admission, oldest first
         self._limit: dict[EvaluatorSpec, int] = {}  # evaluations at once, per problem
@@ -130,8 +104,7 @@ class EvaluatorActor:
         self._free: dict[EvaluatorSpec, list[Evaluator]] = {}
         self._all: dict[EvaluatorSpec, list[Evaluator]] = {}
         self._errors: dict[EvaluatorSpec, Exception] = {}
-        # Workers of a forgotten problem's evaluators, reset, for the next problem's: a worker
-        # takes seconds to start (torch, Triton, the device's context).
+        # Workers of a forgotten problem's evaluators, reset, for the next problem's (a worker takes seconds to start)
         self._spare: list[Any] = []
         self._profiling = threading.Condition()  # held while counting the profiles in flight
         self._profiles = 0
@@ -150,55 +123,85 @@ class EvaluatorActor:
             for thread in starting:
                 thread.join()
             with self._lock:  # how many the memory plan lets run at once (of the slots)
-                at_once = self._limit.get(spec, self.slots)
-            return {"pid": os.getpid(), **evaluator_info(evaluators[0]), "at_once": at_once,
+                at_once, ahead = self._limit.get(spec, self.slots), self._extra.get(spec, 0)
+            return {"pid": os.getpid(), **evaluator_info(evaluators[0]), "at_once": at_once, "ahead": ahead,
                     "footprint_gb": round(evaluators[0].prepared.footprint() / GB, 2)}  # as the plan's warnings
         finally:
             for evaluator in evaluators:
                 self._give_back(spec, evaluator)
 
     def evaluate(self, spec: EvaluatorSpec, source: str) -> tuple[int, EvalResult]:
-        """(this actor's pid, the verdict on ``source``), its evaluator taken once it is admitted."""
+        """(this actor's pid, the verdict on ``source``); its evaluator taken once admitted, or to compile ahead."""
         evaluator: Evaluator | None = None
         try:
             if spec not in self._prepared:  # the problem's plan first (its limit, its room): the admission asks it
                 self._give_back(spec, self._taken(spec))
             asked = time.monotonic()
-            with self._admitted(spec) as admission:
+            with self._holding(spec) as ahead:
                 waited = time.monotonic() - asked
-                evaluator = self._taken(spec)
-                result = evaluator.evaluate(source)
-            # the wait for room under the memory plan's limit (before the evaluator's own clock starts)
-            result.walls_s = {**(result.walls_s or {}), "wait: memory plan": waited}
-            if result.status is Status.OUT_OF_MEMORY:
-                # other problems' idle evaluators hold memory too (their references, their workers'):
-                # given back, the device may fit this one's evaluation
-                forgotten = self._forget_idle_others(spec, evaluator)
-                if result.harness_failure or admission.peak > 1:  # others in flight at any time of it
-                    with self._lock:
-                        limit = self._limit.get(spec, self.slots)
-                        lowered = self._limit[spec] = max(1, min(limit, admission.peak - 1))
-                        self._clean[spec] = 0
-                        if spec in self._rose and lowered < limit:
-                            self._ceiling[spec] = lowered  # it rose and ran out again: it stays here
-                        self._rose.discard(spec)
-                    if lowered < limit:
-                        log.warning("%s: out of memory with %d evaluation(s) and profile(s) in flight: %d at once "
-                                    "from now on", Path(spec.reference).name, admission.peak, lowered)
-                if result.harness_failure or admission.peak > 1 or forgotten:
-                    first_s = (result.walls_s or {}).get("total", 0.0)
-                    with self._admitted(spec, alone=True):
-                        result = evaluator.evaluate(source)
-                    # the first try's time, in the record: an evaluation that took twice is seen as such
-                    result.walls_s = {**(result.walls_s or {}), "out of memory: first try": first_s}
-            else:
-                self._rise_after_clean(spec)
+                if ahead:  # the kernels compiled before the evaluation holds memory (fitness.ahead)
+                    evaluator = self._taken(spec)
+                    verdict = compile_ahead(evaluator, source)
+                    if verdict is not None:
+                        return os.getpid(), verdict
+                asked = time.monotonic()
+                with self._admitted(spec) as admission:
+                    waited += time.monotonic() - asked
+                    evaluator = evaluator or self._taken(spec)
+                    result = evaluator.evaluate(source)
+                # the wait for room under the memory plan's limit (before the evaluator's own clock starts)
+                result.walls_s = {**(result.walls_s or {}), "wait: memory plan": waited}
+                if result.status is Status.OUT_OF_MEMORY:
+                    result = self._out_of_memory(spec, evaluator, source, admission, result)
+                else:
+                    self._rise_after_clean(spec)
             return os.getpid(), result
         except NoRoomNow as exc:  # out of memory as far as its run can tell; the problem is not refused for good
             return os.getpid(), EvalResult(status=Status.OUT_OF_MEMORY, reason=f"not evaluated: {exc}")
         finally:
             if evaluator is not None:
                 self._give_back(spec, evaluator)
+
+    def _out_of_memory(self, spec: EvaluatorSpec, evaluator: Evaluator, source: str, admission: "_Admission",
+                       result: EvalResult) -> EvalResult:
+        """``result`` ran out of memory: the limit falls where others were in flight, and the
+        evaluation is tried again alone where others' work may have been the cause."""
+        # other problems' idle evaluators hold memory too (references, workers): given back, this one may fit
+        forgotten = self._forget_idle_others(spec, evaluator)
+        if result.harness_failure or admission.peak > 1:  # others in flight at any time of it
+            with self._lock:
+                limit = self._limit.get(spec, self.slots)
+                lowered = self._limit[spec] = max(1, min(limit, admission.peak - 1))
+                self._clean[spec] = 0
+                if spec in self._rose and lowered < limit:
+                    self._ceiling[spec] = lowered  # it rose and ran out again: it stays here
+                self._rose.discard(spec)
+            if lowered < limit:
+                log.warning("%s: out of memory with %d evaluation(s) and profile(s) in flight: %d at once "
+                            "from now on", Path(spec.reference).name, admission.peak, lowered)
+        if result.harness_failure or admission.peak > 1 or forgotten:
+            first_s = (result.walls_s or {}).get("total", 0.0)
+            with self._admitted(spec, alone=True):
+                result = evaluator.evaluate(source)
+            # the first try's time, in the record: an evaluation that took twice is seen as such
+            result.walls_s = {**(result.walls_s or {}), "out of memory: first try": first_s}
+        return result
+
+    @contextlib.contextmanager
+    def _holding(self, spec: EvaluatorSpec) -> Iterator[bool]:
+        """A place among the evaluations of ``spec`` holding an evaluator: the limit's and ``_extra`` more
+        (``workers_beside``); yields whether this one compiles ahead (``fitness.ahead``) before its admission."""
+        with self._gate:
+            while self._holders[spec] >= self._limit.get(spec, self.slots) + self._extra.get(spec, 0):
+                self._gate.wait()
+            self._holders[spec] += 1
+            ahead = self._extra.get(spec, 0) > 0 and self._limit.get(spec, self.slots) < self.slots
+        try:
+            yield ahead
+        finally:
+            with self._gate:
+                self._holders[spec] -= 1
+                self._gate.notify_all()
 
     def _taken(self, spec: EvaluatorSpec) -> Evaluator:
         """An evaluator of ``spec``, once more after others' idle ones go where none fits (``NoRoomNow``)."""
@@ -269,11 +272,8 @@ class EvaluatorActor:
             return spec in self._limit and self._limit[spec] < self.slots
 
     def profile(self, spec: EvaluatorSpec, source: str, runtime_ms: float | None) -> dict[str, Any]:
-        """The profile record of ``source`` on this actor's device (``Evaluator.profile``).
-
-        Always the spec's first evaluator profiles, so a profiler that failed
-        once stays off for the actor.
-        """
+        """The profile record of ``source`` on this actor's device (``Evaluator.profile``): always by the
+        spec's first evaluator, so a profiler that failed once stays off for the actor."""
         with self._profiling:
             self._profiles += 1
         try:
@@ -283,13 +283,12 @@ class EvaluatorActor:
             # where memory limits the evaluations at once, the profiled program takes one's place while
             # it is on the device (not while the tool starts or reads its report: that holds no memory)
             room = (lambda: self._admitted(spec)) if self._memory_bound(spec) else None
-            if evaluator is not None:
-                return evaluator.profile(source, runtime_ms, room=room)
-            evaluator = self._take(spec)
+            taken, evaluator = evaluator is None, evaluator or self._take(spec)
             try:
                 return evaluator.profile(source, runtime_ms, room=room)
             finally:
-                self._give_back(spec, evaluator)
+                if taken:
+                    self._give_back(spec, evaluator)
         finally:
             with self._profiling:
                 self._profiles -= 1
@@ -344,7 +343,9 @@ class EvaluatorActor:
                     with self._lock:
                         self._limit[spec] = self._ceiling[spec] = fit
                         self._need[spec] = evaluator.prepared.footprint()
-                        self._room[spec] = evaluator.prepared.platform.free_memory() + held
+                        room = self._room[spec] = evaluator.prepared.platform.free_memory() + held
+                        self._extra[spec] = workers_beside(evaluator.prepared.platform, room, fit, self.slots,
+                                                           self._need[spec], on=spec.settings.compile_ahead)
         except NoRoomNow:
             raise  # other work's memory, not the problem: another try may find room
         except (ProblemError, CutoffError, PlatformUnavailable) as exc:
@@ -378,8 +379,7 @@ class EvaluatorActor:
         return len(idle)
 
     def _forget_old(self, current: EvaluatorSpec) -> None:
-        """Close idle evaluators of all but the most recent problems, keeping their workers
-        (reset) for the next ones, up to one per slot (called with the lock held)."""
+        """``_forget`` the idle evaluators of all but the most recent problems (called with the lock held)."""
         self._forget([spec for spec in list(self._all)[:-self.keep_problems] if spec != current])
 
     def _forget(self, specs: list[EvaluatorSpec]) -> None:
@@ -395,6 +395,6 @@ class EvaluatorActor:
                 evaluator.close()
             self._all.pop(spec)
             self._prepared.pop(spec, None)  # busy evaluators keep theirs until they are closed
-            for kept in (self._limit, self._ceiling, self._clean):
+            for kept in (self._limit, self._ceiling, self._clean, self._extra):
                 kept.pop(spec, None)
             self._rose.discard(spec)

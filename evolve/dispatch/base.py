@@ -121,15 +121,19 @@ def evaluator_info(evaluator: Any) -> dict[str, Any]:
 
 
 def at_once_note(info: dict[str, Any], slots: int) -> str:
-    """What the log says of the memory plan, where it lets fewer than ``slots`` evaluations run at once.
+    """What the log says of the memory plan, where it lets fewer than ``slots`` evaluations run at once
+    (and how many more compile their candidates' kernels ahead meanwhile: ``fitness.ahead``).
 
     >>> at_once_note({"at_once": 2, "footprint_gb": 30.5}, 6), at_once_note({"at_once": 6}, 6)
     ('; the memory plan lets 2 run at once (about 30.5 GB each)', '')
+    >>> at_once_note({"at_once": 2, "footprint_gb": 36.6, "ahead": 2}, 6)
+    '; the memory plan lets 2 run at once (about 36.6 GB each), 2 more compile ahead'
     """
     at_once = info.get("at_once")
     if at_once is None or at_once >= slots:
         return ""
-    return f"; the memory plan lets {at_once} run at once (about {info.get('footprint_gb', '?')} GB each)"
+    ahead = f", {info['ahead']} more compile ahead" if info.get("ahead") else ""
+    return f"; the memory plan lets {at_once} run at once (about {info.get('footprint_gb', '?')} GB each){ahead}"
 
 
 class Evaluates(Protocol):

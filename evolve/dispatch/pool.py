@@ -50,7 +50,7 @@ def eval_settings(config: Config) -> EvalSettings:
     """The evaluator's settings from the config: its timeout and how parents are profiled."""
     profiler = config.profiler
     return EvalSettings(timeout_s=config.fitness.timeout_s, compile_timeout_s=config.fitness.compile_timeout_s,
-                        probes=config.fitness.probes,
+                        probes=config.fitness.probes, compile_ahead=config.fitness.compile_ahead,
                         profiler_enabled=profiler.enabled,
                         ncu_bin_path=None if profiler.ncu_bin_path is None else str(profiler.ncu_bin_path),
                         rocprof_bin_path=None if profiler.rocprof_bin_path is None else str(profiler.rocprof_bin_path),
