@@ -26,17 +26,21 @@ killed), and the guard's refusal of what the candidate did (``forbidden``).
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
 from fitness.lane import NoLane
-from fitness.protocol import Refused, Warm
+from fitness.protocol import Refused, Warm, Warmed
 from fitness.result import EvalResult, Status
 from fitness.sandbox import WorkerGone
 from fitness.screen import screen
 
+log = logging.getLogger(__name__)
+
 #: What a warm step may say that is the candidate's verdict already.
 VERDICTS = frozenset({Status.TIMEOUT, Status.FORBIDDEN})
+_TOLD: set[str] = set()  # why warm steps stopped early, each said once
 
 
 def compile_ahead(evaluator: Any, source: str) -> EvalResult | None:
@@ -61,6 +65,10 @@ def compile_ahead(evaluator: Any, source: str) -> EvalResult | None:
     else:
         if isinstance(reply, Refused) and reply.status in VERDICTS:
             verdict = EvalResult(reply.status, reply.reason, **base)
+        elif isinstance(reply, Warmed) and reply.stopped and reply.stopped not in _TOLD:
+            _TOLD.add(reply.stopped)  # once a reason: a search's candidates share their ways
+            log.info("compiling ahead stopped after %d of %d shape(s): %s (the evaluation compiles the rest)",
+                     reply.reached, len(step.shapes), reply.stopped)
     walls["total"] = time.monotonic() - started
     evaluator.ahead = {("ahead" if part == "total" else f"ahead: {part}"): round(seconds, 4)
                        for part, seconds in walls.items()}

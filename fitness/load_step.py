@@ -76,19 +76,19 @@ def build_candidate(model_cls: type, problem: Problem, init_seed: int, device: A
 WARM_ROOM = 256 << 20
 
 
-def warm(harness: Any, step: Any) -> int:
+def warm(harness: Any, step: Any) -> tuple[int, str]:
     """The warm step ``step`` (``fitness.protocol.Warm``): its source imported as a module of its own (so
     that nothing it keeps at module level, a buffer on ``meta`` or an autotuner's pick, reaches the
     evaluation's import), its ModelNew built and run on ``meta`` at each of its shapes under the
     guard, with ``harness.dry`` set: each Triton launch compiles its kernel and launches nothing
     (``fitness.instrument``), so the evaluation's import finds every kernel in Triton's cache. A
     candidate that cannot run on ``meta`` (it reads a value, it autotunes) ends the step there.
-    Returns the variants whose forward ran to its end."""
+    Returns the variants whose forward ran to its end, and what ended the step before, if anything."""
     import torch
 
     digest = "ahead_" + hashlib.sha256(step.source.encode()).hexdigest()[:16]
     module = import_candidate(step.source, digest, harness.tmpdir, harness.guard)
-    reached = 0
+    reached, stopped = 0, ""
     harness.dry = True
     try:
         with harness.platform.memory_capped(WARM_ROOM):
@@ -101,10 +101,11 @@ def warm(harness: Any, step: Any) -> int:
                         model(*args)
                 except (Refusal, HarnessFault):
                     raise
-                except Exception:  # noqa: BLE001 - the candidate's code on meta: whatever it raises ends the step
+                except Exception as exc:  # noqa: BLE001 - the candidate's code on meta: whatever it raises ends the step
+                    stopped = describe(exc)[:500]
                     break
                 reached += 1
     finally:
         harness.dry = False
         sys.modules.pop(module.__name__, None)
-    return reached
+    return reached, stopped

@@ -117,11 +117,12 @@ class Timed(Message):
 
 @message
 class Warmed(Message):
-    """The warm step is done: ``reached``, the variants whose forward ran to its end on ``meta``;
-    ``compile_s``: the seconds Triton compiled in it."""
+    """The warm step is done: ``reached``, the variants whose forward ran to its end on ``meta``
+    (``stopped``: what ended it before, if anything); ``compile_s``: the seconds Triton compiled in it."""
 
     HEAD = {"ok": True}
     reached: int = field(count)
+    stopped: str = field(reason, default="")
     compile_s: float = field(duration, default=0.0)
 
 

@@ -93,7 +93,7 @@ class Harness:
         self.shipped: list = []  # outputs shared with the evaluator, kept until its next message
         # Each step's handler, by the step's name (fitness.protocol): (the reply, the tensors it carries).
         self.steps: dict[str, Callable[[Any], tuple[Message, list]]] = {
-            Warm.KIND: lambda step: (Warmed(warm(self, step)), []),
+            Warm.KIND: lambda step: (Warmed(*warm(self, step)), []),
             Load.KIND: lambda step: (self.load(step.source, step.problem, step.shapes, step.init_seed, step.dtype), []),
             Call.KIND: lambda step: self.call(step.seed, step.poison, step.probe),
             Time.KIND: lambda step: self.time(step.base_seed, step.check_seed, step.checks, step.poison, step.timing),

@@ -4,6 +4,7 @@ and where memory binds the actor lets it run beside the evaluations on the devic
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 import time
@@ -51,8 +52,8 @@ def test_what_a_candidate_keeps_at_module_level_in_a_warm_step_never_reaches_its
 
 def test_a_candidate_the_guard_refuses_in_its_warm_step_is_forbidden_there():
     source = SEED.replace("    def forward(self, ", "    def forward(self, *args):\n"
-                          "        import socket\n        socket.socket()\n        return self._forward(*args)\n\n"
-                          "    def _forward(self, ", 1)
+                          "        import socket\n        socket.socket()\n        return self.run_kernel(*args)\n\n"
+                          "    def run_kernel(self, ", 1)
     settings = EvalSettings(screen=False)  # past the static screen: the guard's own refusal, at run time
     with Evaluator(ELEMENTWISE, platform="cpu", shapes=SHAPES, held_out=[], settings=settings) as evaluator:
         verdict = compile_ahead(evaluator, source)
@@ -71,13 +72,15 @@ def test_a_candidate_the_screen_refuses_runs_nowhere_before_its_evaluation():
     assert Warm not in sent
 
 
-def test_a_candidate_that_cannot_run_on_meta_is_judged_as_before():
+def test_a_candidate_that_cannot_run_on_meta_is_judged_as_before(caplog):
     """A candidate that reads a value of its inputs ends its warm step; its evaluation compiles."""
     source = SEED.replace("    def forward(self, ", "    def forward(self, *args):\n"
-                          "        assert args[0].abs().max().item() >= 0\n        return self._forward(*args)\n\n"
-                          "    def _forward(self, ", 1)
+                          "        assert args[0].abs().max().item() >= 0\n        return self.run_kernel(*args)\n\n"
+                          "    def run_kernel(self, ", 1)
     with Evaluator(ELEMENTWISE, platform="cpu", shapes=SHAPES, held_out=[]) as evaluator:
-        assert compile_ahead(evaluator, source) is None
+        with caplog.at_level(logging.INFO, logger="fitness.ahead"):
+            assert compile_ahead(evaluator, source) is None
+        assert "compiling ahead stopped after 0 of 1 shape(s)" in caplog.text  # and says why
         warmed = evaluator.evaluate(source)
     with Evaluator(ELEMENTWISE, platform="cpu", shapes=SHAPES, held_out=[]) as evaluator:
         alone = evaluator.evaluate(source)
