@@ -84,21 +84,21 @@ class Evaluator:
                 prepared = PreparedProblem(reference, platform, shapes, max_abs_diff, held_out, settings,
                                            dtype, held_out_rng)
         self.prepared = prepared
-        # Wall seconds of the last evaluation by part (worker steps, the evaluator's own checks), and
+        # Wall seconds of the last evaluation by part (worker steps, the evaluator's own checks), and of the warm
+        # step before the next one (fitness.ahead), with the held-out variants it drew for that one
         self.walls: collections.Counter[str] = collections.Counter()
-        self.ahead: dict[str, float] = {}  # of the warm step before the next one (fitness.ahead)
+        self.ahead: dict[str, float] = {}
+        self.picked: list[Variant] | None = None
         self.channel = WorkerChannel(prepared.platform, prepared.settings, self.walls)
         # Built once: a tool that fails stays off for this evaluator (ProfilerConfigError for a bad path).
         self.profiler: Profiler = profiler_for(self.platform.name, self.settings.ncu_bin_path,
                                                self.settings.rocprof_bin_path, self.settings.profiler_enabled)
-        # The held-out variants of the latest evaluation (before any: the first of each group).
-        self.held_out: list[Variant] = [group[0] for group in prepared.held_out_groups]
+        self.held_out: list[Variant] = [g[0] for g in prepared.held_out_groups]  # the last evaluation's (first: each first)
 
     # The problem's facts, as its PreparedProblem has them.
     platform, settings = property(lambda self: self.prepared.platform), property(lambda self: self.prepared.settings)
-    device = property(lambda self: self.prepared.device)
+    device, cutoff = property(lambda self: self.prepared.device), property(lambda self: self.prepared.cutoff)
     main = property(lambda self: self.prepared.main, doc="The variant at the main shapes.")
-    cutoff = property(lambda self: self.prepared.cutoff)
     cutoff_rule = property(lambda self: self.prepared.cutoff_rule, doc="Where the cutoff comes from.")
 
     def start_worker(self) -> None:
@@ -223,8 +223,8 @@ class Evaluator:
 
     def _evaluate(self, source: str, base: dict[str, Any]) -> EvalResult:
         checks, worst = 0, 0.0
-        rng = self.prepared.held_out_rng
-        self.held_out = [rng.choice(group) for group in self.prepared.held_out_groups]
+        rng, picked, self.picked = self.prepared.held_out_rng, self.picked, None
+        self.held_out = picked or [rng.choice(group) for group in self.prepared.held_out_groups]
         # The main shapes last: the timing that follows runs on the model loaded there.
         for variant in [*self.held_out, self.main]:
             reply = self._load(source, variant)

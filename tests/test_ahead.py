@@ -227,3 +227,22 @@ def test_compiling_ahead_can_be_turned_off_in_the_config(monkeypatch, tmp_path):
     actor, spec = EvaluatorActor(slots=6), EvaluatorSpec("r.py", settings=settings)
     assert all(r.status is Status.ACCEPTED for r in _all_at_once(actor, spec, ["a", "b", "c"]))
     assert "ahead" not in state["tried"] and actor._extra[spec] == 0 and len(state["built"]) == 1
+
+
+def test_the_warm_step_compiles_at_the_held_out_shapes_its_evaluation_then_checks():
+    """Each held-out shape may compile a specialisation of its own: the warm step draws the held-out
+    variants, warms the main shapes and then those, and the evaluation checks exactly those."""
+    held_out = [{"batch_size": 3, "dim": 70}, {"batch_size": 5, "dim": 33}, {"batch_size": 2, "dim": 17}]
+    with Evaluator(ELEMENTWISE, platform="cpu", shapes=SHAPES, held_out=held_out) as evaluator:
+        sent: list = []
+        real = evaluator.channel.step
+        evaluator.channel.step = lambda step, *a, **k: sent.append(step) or real(step, *a, **k)
+        for _ in range(4):
+            assert compile_ahead(evaluator, SEED) is None
+            picked = [dict(v.shapes) for v in evaluator.picked]
+            warm = [s for s in sent if isinstance(s, Warm)][-1]
+            assert warm.shapes == [SHAPES, *picked]  # the main shapes first
+            assert evaluator.evaluate(SEED).status is Status.ACCEPTED
+            assert [dict(v.shapes) for v in evaluator.held_out] == picked and evaluator.picked is None
+        evaluator.evaluate(SEED)  # without a warm step: drawn as before
+        assert evaluator.picked is None and len(evaluator.held_out) == len(picked)

@@ -178,7 +178,7 @@ class Kernel:
         seen.append(sys.getprofile())
         return "launched"
 
-holder = types.SimpleNamespace(launches=0, trace=None)
+holder = types.SimpleNamespace(launches=0, trace=None, dry=False)
 instrument_launches(holder, Kernel)
 assert Kernel().run() == "launched" and holder.launches == 1
 assert events == [], events  # no profile on (a timed run): nothing audited for the launch
