@@ -246,3 +246,16 @@ def test_the_warm_step_compiles_at_the_held_out_shapes_its_evaluation_then_check
             assert [dict(v.shapes) for v in evaluator.held_out] == picked and evaluator.picked is None
         evaluator.evaluate(SEED)  # without a warm step: drawn as before
         assert evaluator.picked is None and len(evaluator.held_out) == len(picked)
+
+
+def test_with_problems_side_by_side_nothing_is_compiled_ahead(monkeypatch):
+    """An actor that keeps several problems (a sweep side by side): another problem's room would hold
+    this one's extra workers, which no plan counts, so each evaluation takes its evaluator once admitted."""
+    import evolve.dispatch.actor as actor_module
+
+    state = _state()
+    monkeypatch.setattr(actor_module, "compile_ahead", lambda evaluator, source: state["tried"].add("ahead"))
+    monkeypatch.setattr(EvaluatorSpec, "build", lambda self, lane=None, prepared=None: _Compiling(state))
+    actor, spec = EvaluatorActor(slots=6, keep_problems=2), EvaluatorSpec("r.py")
+    assert all(r.status is Status.ACCEPTED for r in _all_at_once(actor, spec, ["a", "b", "c"]))
+    assert "ahead" not in state["tried"] and actor._extra[spec] == 0 and len(state["built"]) == 1

@@ -58,16 +58,16 @@ class EvaluatorActor:
     free memory (``PreparedProblem.slots_that_fit``); an evaluation takes its evaluator once
     admitted, so no more workers hold memory than that, except where memory binds and the room
     beside the plan's evaluations holds more workers: up to as many again take theirs before, and
-    compile the candidate's kernels ahead (``fitness.ahead``). One that runs out on kevo's side, or
-    while others are in flight, is tried again with the device to itself, and the limit falls to
-    one fewer than the most in flight beside it; after ``RISE_AFTER`` in a row that fit, it rises
-    by one, up to the plan's, but not again to a level where it ran out after rising. Where memory
-    limits the slots, a hardware profile counts as an evaluation while its program is on the
-    device. With problems side by side, an evaluation also enters only where the footprints of all
-    in flight, whatever their problem, and its own fit the room its plan saw (the memory free as it
-    was prepared, and what the evaluations then in flight held), or where nothing else is in
-    flight. One that runs out while other problems' evaluators sit idle is tried once more after
-    those are closed and their memory given back.
+    compile the candidate's kernels ahead (``fitness.ahead``; with one problem at a time only). One
+    that runs out on kevo's side, or while others are in flight, is tried again with the device to
+    itself, and the limit falls to one fewer than the most in flight beside it; after ``RISE_AFTER``
+    in a row that fit, it rises by one, up to the plan's, but not again to a level where it ran out
+    after rising. Where memory limits the slots, a hardware profile counts as an evaluation while
+    its program is on the device. With problems side by side, an evaluation also enters only where
+    the footprints of all in flight, whatever their problem, and its own fit the room its plan saw
+    (the memory free as it was prepared, and what the evaluations then in flight held), or where
+    nothing else is in flight. One that runs out while other problems' evaluators sit idle is tried
+    once more after those are closed and their memory given back.
 
     A problem the evaluator refuses (``ProblemError``, ...) is raised by ``prepare`` and
     ``evaluate``, so the driver sees the original error.
@@ -311,9 +311,7 @@ class EvaluatorActor:
                 self._profiling.wait(timeout=min(left, 0.5))
         with self._lock:
             evaluators = [e for group in self._all.values() for e in group]
-            self._all.clear()
-            self._free.clear()
-            spare, self._spare = self._spare, []
+            self._all, self._free, (spare, self._spare) = {}, {}, (self._spare, [])
         for evaluator in evaluators:
             evaluator.close()
         for worker in spare:
@@ -342,10 +340,11 @@ class EvaluatorActor:
                         held = self._bytes_in_flight
                     with self._lock:
                         self._limit[spec] = self._ceiling[spec] = fit
-                        self._need[spec] = evaluator.prepared.footprint()
+                        self._need[spec] = need = evaluator.prepared.footprint()
                         room = self._room[spec] = evaluator.prepared.platform.free_memory() + held
-                        self._extra[spec] = workers_beside(evaluator.prepared.platform, room, fit, self.slots,
-                                                           self._need[spec], on=spec.settings.compile_ahead)
+                        # one problem at a time only: side by side, others' rooms would hold the extra workers
+                        ahead = spec.settings.compile_ahead and self.keep_problems == 1
+                        self._extra[spec] = workers_beside(evaluator.prepared.platform, room, fit, self.slots, need, on=ahead)
         except NoRoomNow:
             raise  # other work's memory, not the problem: another try may find room
         except (ProblemError, CutoffError, PlatformUnavailable) as exc:
