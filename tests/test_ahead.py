@@ -259,3 +259,22 @@ def test_with_problems_side_by_side_nothing_is_compiled_ahead(monkeypatch):
     actor, spec = EvaluatorActor(slots=6, keep_problems=2), EvaluatorSpec("r.py")
     assert all(r.status is Status.ACCEPTED for r in _all_at_once(actor, spec, ["a", "b", "c"]))
     assert "ahead" not in state["tried"] and actor._extra[spec] == 0 and len(state["built"]) == 1
+
+
+def test_an_actor_prepares_the_workers_that_compile_ahead_too(monkeypatch):
+    """Started side by side with the plan's own at ``prepare``: on an H100 the first evaluations that
+    compiled ahead each waited 8-9 s for their worker to start."""
+    state = _state()
+    started = []
+
+    class _Starting(_Compiling):
+        def start_worker(self) -> None:
+            started.append(self)
+
+    import evolve.dispatch.actor as actor_module
+
+    monkeypatch.setattr(EvaluatorSpec, "build", lambda self, lane=None, prepared=None: _Starting(state))
+    monkeypatch.setattr(actor_module, "evaluator_info", lambda evaluator: {})  # the stand-in has no device to name
+    actor, spec = EvaluatorActor(slots=6), EvaluatorSpec("r.py")
+    info = actor.prepare(spec)
+    assert info["at_once"] == 1 and info["ahead"] == 1 and len(started) == 2 == len(state["built"])

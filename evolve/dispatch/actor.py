@@ -115,7 +115,7 @@ class EvaluatorActor:
         actor evaluates (pid, platform, device, cutoff)."""
         evaluators = [self._take(spec)]
         try:
-            while len(evaluators) < self._limit.get(spec, 1):
+            while len(evaluators) < self._limit.get(spec, 1) + self._extra.get(spec, 0):  # those compiling ahead too
                 evaluators.append(self._take(spec))
             starting = [threading.Thread(target=e.start_worker, daemon=True) for e in evaluators]
             for thread in starting:
