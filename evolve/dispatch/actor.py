@@ -110,9 +110,9 @@ class EvaluatorActor:
         self._profiles = 0
 
     def prepare(self, spec: EvaluatorSpec) -> dict[str, Any]:
-        """Build the evaluators of ``spec``, one per slot that fits, their workers started
-        side by side (so that the first evaluations do not wait for them); where this
-        actor evaluates (pid, platform, device, cutoff)."""
+        """Build the evaluators of ``spec``, one per slot that fits and one per evaluation that may compile
+        ahead, their workers started side by side (so that the first evaluations do not wait for them);
+        where this actor evaluates (pid, platform, device, cutoff)."""
         evaluators = [self._take(spec)]
         try:
             while len(evaluators) < self._limit.get(spec, 1) + self._extra.get(spec, 0):  # those compiling ahead too
@@ -195,7 +195,7 @@ class EvaluatorActor:
             while self._holders[spec] >= self._limit.get(spec, self.slots) + self._extra.get(spec, 0):
                 self._gate.wait()
             self._holders[spec] += 1
-            ahead = self._extra.get(spec, 0) > 0 and self._limit.get(spec, self.slots) < self.slots
+            ahead = self._extra.get(spec, 0) > 0  # only where memory binds: the limit is below the slots then
         try:
             yield ahead
         finally:
