@@ -296,12 +296,12 @@ class Evaluator:
             reply = self._load(source, self.main)
             if isinstance(reply, Refused):
                 return _refused(reply, "", base)
-        # Timed inputs are fresh too, and new for every run: a candidate that
-        # recognises inputs it has seen must not answer them from a cache.
-        base_seed = secrets.randbelow(2**30)
-        window = WindowJudge(base_seed, set_aside_runs(sum(self.main.output_bytes)), self._judge_run)
-        with self._waiting("wait: lane", self.lane.exclusive()), \
+        # Timed inputs are fresh too, and new for every run: a candidate that recognises inputs it has seen
+        # must not answer them from a cache.
+        window = WindowJudge(secrets.randbelow(2**30), set_aside_runs(sum(self.main.output_bytes)), self._judge_run)
+        with self._waiting("wait: lane", self.lane.exclusive()) as held, \
                 self._waiting("wait: device lock", device_window(self.platform)):  # alone, across processes too
+            window.sharing = held.sharing  # a run judged as it ends shares the device meanwhile
             with self._timed("reference timing"):
                 self.reference_ms()  # timed with the device to itself, like the candidate
             started = time.monotonic()

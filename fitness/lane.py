@@ -9,6 +9,11 @@ new check starts, so a timing waits at most for the checks already running.
 It also keeps how long the lane was held exclusively (the share of wall time
 the device spent timing: how busy the lane is).
 
+A timing's hold can turn shared for a while (``Exclusive.sharing``): a timed
+run judged as it ends (``fitness.window_judge``) is device work but no
+timing, so checks may run beside it; the window takes the lane back before
+its next run, once the checks that came in meanwhile are over.
+
 A check's hold can be given back while its worker compiles a kernel
 (``Hold.release()``, then ``Hold.acquire()``): compiling is host work, and a timing that waited for every
 compile in flight would serialise the compiles of all slots behind it. The
@@ -57,8 +62,19 @@ class TimingLane:
                 self._cond.notify_all()
 
     @contextlib.contextmanager
-    def exclusive(self) -> Iterator[None]:
-        """The device to itself: a timed window."""
+    def exclusive(self) -> Iterator["Exclusive"]:
+        """The device to itself: a timed window. What it yields can share the device for a
+        while in the middle (``Exclusive.sharing``): judging a timed run needs no timing."""
+        window = Exclusive(self)
+        window.take()
+        try:
+            yield window
+        finally:
+            window.give_back(to_reader=False)
+        with self._cond:
+            self.timings += 1
+
+    def _take_exclusive(self) -> float:
         with self._cond:
             self._writers_waiting += 1
             try:
@@ -67,21 +83,45 @@ class TimingLane:
             finally:
                 self._writers_waiting -= 1
             self._writer = True
-        started = time.monotonic()
-        try:
-            yield
-        finally:
-            with self._cond:
-                self.exclusive_s += time.monotonic() - started
-                self.timings += 1
-                self._writer = False
-                self._cond.notify_all()
+        return time.monotonic()
+
+    def _give_back_exclusive(self, since: float, to_reader: bool) -> None:
+        with self._cond:
+            self.exclusive_s += time.monotonic() - since
+            self._writer = False
+            self._readers += 1 if to_reader else 0
+            self._cond.notify_all()
 
     def stats(self) -> dict[str, float]:
         """Seconds since creation, seconds timing, and the busy share."""
         wall = time.monotonic() - self.created
         return {"wall_s": wall, "timing_s": self.exclusive_s, "timings": self.timings,
                 "busy_share": self.exclusive_s / wall if wall > 0 else 0.0}
+
+
+class Exclusive:
+    """A timed window's hold of its lane. ``sharing()`` turns it into a shared hold for the
+    block (the window's device work that is not timing: judging a run as it ends) and takes
+    the lane to itself again after, waiting for the checks that started meanwhile; other
+    timings waiting may go first. Only the exclusive stretches count as the lane busy."""
+
+    def __init__(self, lane: TimingLane) -> None:
+        self._lane, self._since = lane, 0.0
+
+    def take(self) -> None:
+        self._since = self._lane._take_exclusive()
+
+    def give_back(self, to_reader: bool) -> None:
+        self._lane._give_back_exclusive(self._since, to_reader)
+
+    @contextlib.contextmanager
+    def sharing(self) -> Iterator[None]:
+        self.give_back(to_reader=True)  # at once: no other timing can come in between
+        try:
+            yield
+        finally:
+            self._lane._release_shared()
+            self.take()
 
 
 class Hold:
@@ -125,5 +165,9 @@ class NoLane:
         yield hold
 
     @contextlib.contextmanager
-    def exclusive(self) -> Iterator[None]:
+    def exclusive(self) -> Iterator["NoLane"]:
+        yield self
+
+    @contextlib.contextmanager
+    def sharing(self) -> Iterator[None]:
         yield

@@ -10,8 +10,12 @@ judged once the window is over, with the device shared again
 timing window. ``keep`` follows the memory: as many output sets as fit in
 ``SET_ASIDE_BYTES`` (the memory plan counts them, ``fitness.prepared``), so a
 problem whose outputs are gigabytes keeps none and judges every run as it
-arrives, as before. A run that arrives when ``keep`` are set aside is judged
-there and then, and a wrong one ends the window (``Stop``).
+arrives. A run that arrives when ``keep`` are set aside is judged there and
+then, and a wrong one ends the window (``Stop``). Judged there, it still
+needs no timing: the window's hold of the lane is shared meanwhile
+(``sharing``, ``fitness.lane.Exclusive.sharing``), so other evaluations'
+checks go on while the worker waits for the answer, and the lane is the
+window's again before the worker's next run.
 
 The verdict is the same as if every run had been judged on arrival: the
 first wrong run in run order decides it, and the largest difference over the
@@ -22,6 +26,7 @@ runs judged is reported.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 
 from fitness.compare import Comparison
@@ -46,11 +51,13 @@ class WindowJudge:
     ``hand(handed, outputs)`` is the channel's interim callback; ``finish()``
     judges what was set aside (call it with the device shared, after the
     window); then ``failure()`` and ``worst()`` give the verdict.
-    ``judge(seed, outputs)`` judges one run's outputs.
+    ``judge(seed, outputs)`` judges one run's outputs; ``sharing()`` is entered
+    around a run judged as it arrives (the window's ``Exclusive.sharing``).
     """
 
     def __init__(self, base_seed: int, keep: int, judge: Callable[[int, list], Comparison]) -> None:
         self.base_seed, self.keep, self._judge = base_seed, keep, judge
+        self.sharing: Callable[[], contextlib.AbstractContextManager] = contextlib.nullcontext
         self.judged: list[int] = []  # the runs handed over, in order
         self._kept: list[tuple[int, list]] = []
         self._verdicts: dict[int, Comparison] = {}
@@ -65,7 +72,8 @@ class WindowJudge:
         if len(self._kept) < self.keep:
             self._kept.append((handed.run, outputs))
             return Continue()
-        verdict = self._verdicts[handed.run] = self._judge(handed.seed, outputs)
+        with self.sharing():
+            verdict = self._verdicts[handed.run] = self._judge(handed.seed, outputs)
         return Continue() if verdict.status == "accepted" else Stop()
 
     @property

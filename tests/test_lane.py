@@ -307,10 +307,10 @@ class _Watched(TimingLane):
 
     @contextlib.contextmanager
     def exclusive(self):
-        with super().exclusive():
+        with super().exclusive() as held:
             self.depth += 1
             try:
-                yield
+                yield held
             finally:
                 self.depth -= 1
 
@@ -416,3 +416,44 @@ def test_a_kernel_that_compiles_past_its_budget_is_a_timeout_and_the_step_limit_
     assert gone.value.status == "timeout"
     assert "compiling one kernel took more than 7 s" in gone.value.reason
     assert channel.worker is None  # discarded: the next step starts a new worker
+
+
+def test_a_window_shares_the_lane_while_it_judges_and_takes_it_back_after_the_checks_that_came_in():
+    lane = TimingLane()
+    order: list[str] = []
+    check_may_end = threading.Event()
+
+    def check() -> None:
+        with lane.shared():
+            order.append("check starts")
+            check_may_end.wait(10)
+            order.append("check ends")
+
+    with lane.exclusive() as window:
+        checker = threading.Thread(target=check, daemon=True)
+        checker.start()
+        time.sleep(0.05)
+        assert order == []  # the timing holds the device to itself
+        with window.sharing():  # a run judged: device work, but no timing
+            deadline = time.monotonic() + 10
+            while not order and time.monotonic() < deadline:
+                time.sleep(0.001)
+            assert order == ["check starts"]
+            threading.Timer(0.1, check_may_end.set).start()
+        # back only once the check that came in is over: the next timed run runs alone
+        assert order == ["check starts", "check ends"]
+        assert lane._writer and lane._readers == 0
+    checker.join(10)
+    assert lane.stats()["timings"] == 1 and not lane._writer
+
+
+def test_only_the_exclusive_stretches_count_as_the_lane_busy():
+    lane = TimingLane()
+    with lane.exclusive() as window:
+        time.sleep(0.05)
+        with window.sharing():
+            time.sleep(0.3)
+        time.sleep(0.05)
+    assert 0.09 <= lane.stats()["timing_s"] < 0.3
+    with NoLane().exclusive() as alone, alone.sharing():  # an evaluator alone on its device: nothing to share
+        pass

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from pathlib import Path
 
@@ -93,10 +94,10 @@ class Watched(TimingLane):
 
     @contextlib.contextmanager
     def exclusive(self):
-        with super().exclusive():
+        with super().exclusive() as held:
             began = time.monotonic()
             try:
-                yield
+                yield held
             finally:
                 self.spans.append((began, time.monotonic()))
 
@@ -137,3 +138,36 @@ def test_a_kernel_that_turns_wrong_late_in_the_window_is_still_wrong(monkeypatch
     began, ended = spans[0]
     judged_in_window = [t for t in calls if began <= t <= ended]
     assert bool(judged_in_window) == (keep_bytes == 0)
+
+
+def test_a_run_judged_as_it_ends_shares_the_lane_meanwhile(monkeypatch):
+    """Outputs too large to set aside are judged in the window, but judging needs no timing: the
+    reference and the comparison run with the lane shared, so other slots' checks go on, and the
+    lane is the window's again before the worker's next run."""
+    monkeypatch.setattr(window_judge, "SET_ASIDE_BYTES", 0)  # every run judged on arrival
+    lane = TimingLane()
+    seen: list[tuple[bool, int]] = []
+
+    def enter_and_leave() -> None:
+        with lane.shared():
+            pass
+
+    with Evaluator(str(ROOT / "problems" / "elementwise" / "reference.py"), platform="cpu", shapes=SHAPES,
+                   lane=lane, settings=TWELVE_RUNS) as evaluator:
+        original = evaluator.prepared.reference_outputs
+
+        def reference_outputs(variant, seed, probe=None):
+            seen.append((lane._writer, lane._readers))
+            if lane._readers and not lane._writer:  # another slot's check can start now
+                other = threading.Thread(target=enter_and_leave)
+                other.start()
+                other.join(5)
+                assert not other.is_alive()
+            return original(variant, seed, probe)
+
+        monkeypatch.setattr(evaluator.prepared, "reference_outputs", reference_outputs)
+        result = evaluator.evaluate((ROOT / "problems" / "elementwise" / "seed.py").read_text())
+    assert result.status.value == "accepted", result.reason
+    in_window = seen[-12:]  # the 12 timed runs, every one checked and judged as it ended
+    assert in_window == [(False, 1)] * 12
+    assert lane.stats()["timings"] == 1 and not lane._writer and lane._readers == 0
