@@ -27,18 +27,10 @@ from fitness.compare import CutoffError, Trivial, all_finite, output_means, triv
 from fitness.cutoff import derived_cutoff, output_scale
 from fitness.floor import Floor, floor_for, reduction_terms
 from fitness.memory_plan import Variant
+from fitness.probe_rounding import probe_cutoff
 from fitness.probes import FACTOR_RANGE, Probe, changes
-from fitness.problem import (
-    NoRoomNow,
-    Problem,
-    ProblemError,
-    build_model,
-    declared_cutoff,
-    held_out_shapes,
-    input_domains,
-    load_problem,
-    make_inputs,
-)
+from fitness.problem import (NoRoomNow, Problem, ProblemError, build_model, declared_cutoff, held_out_shapes,
+                             input_domains, load_problem, make_inputs)
 from fitness.refusal import out_of_memory
 from fitness.settings import EvalSettings
 from platforms import Platform, PlatformUnavailable, time_runs
@@ -239,8 +231,10 @@ class PreparedProblem:
         A probe the reference cannot take (it raises, or its outputs are not finite where
         the problem's own inputs gave finite ones) is tried without its sign changes, then
         dropped with a note; probes that end up the same are tried once. Each kept probe's
-        cutoff follows the reference's scale there: ``cutoff * max(1, max |ref on probe| /
-        max |ref|)``."""
+        cutoff follows the reference's scale there, ``cutoff * max(1, max |ref on probe| /
+        max |ref|)``, and covers 4 times the reference's own rounding there (against itself in
+        float64); a probe where that reaches the reference's scale is dropped too
+        (``fitness.probe_rounding``)."""
         factor = float(round(_SECRET.uniform(*FACTOR_RANGE)))
         acting = self._as_acting()
         kept: list[Probe] = []
@@ -279,8 +273,9 @@ class PreparedProblem:
         return acting
 
     def _try_probe(self, probe: Probe) -> Probe | str:
-        """``probe`` with its cutoff, or why the reference cannot take it. Suspects it
-        tells from the answer are cleared."""
+        """``probe`` with its cutoff (``fitness.probe_rounding.probe_cutoff``: the reference's
+        scale and its own rounding there), or why the reference cannot take it or why no cutoff
+        there tells right from wrong. Suspects it tells from the answer at that cutoff are cleared."""
         import torch
 
         main, seed = self.main, self.settings.fixed_seeds[0]
@@ -294,13 +289,15 @@ class PreparedProblem:
         except Exception as exc:  # the reference is user input
             self.platform.release_memory()
             return f"the reference fails on them ({type(exc).__name__}: {str(exc).strip()[:200]})"
-        del inputs
         references = [o.detach() for o in (out if isinstance(out, (tuple, list)) else [out])]
-        del out
+        del inputs, out
         if self._main_finite and not all(all_finite(r) for r in references):
             return "the reference's outputs are not finite there, though they are on the problem's own inputs"
-        ratio = output_scale(references) / self._main_scale if self._main_scale > 0 else 1.0
-        probe = dataclasses.replace(probe, cutoff=self.cutoff * max(1.0, ratio))
+        cutoff = probe_cutoff(main, lambda: make_inputs(main.problem, seed, self.device, probe), references,
+                              self.cutoff, self._main_scale, self.platform, probe.describe(), self._note)
+        if isinstance(cutoff, str):
+            return cutoff
+        probe = dataclasses.replace(probe, cutoff=cutoff)
         if self._suspects:
             probe_inputs = make_inputs(main.problem, seed, self.device, probe)
             for suspect in list(self._suspects):
