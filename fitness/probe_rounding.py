@@ -11,10 +11,13 @@ So the reference runs once more on the probe's inputs with a float64 copy of
 the model and float64 copies of its floating-point inputs, and
 ``e = max |ref_fp64 - ref|`` over the finite elements of its floating-point
 outputs is how far its own rounding goes there. The probe's cutoff is at
-least ``4 e`` (``ROUNDING_MARGIN``): a kernel summing in another order whose own
-rounding goes at most three times as far from the exact answer lands within
-``4 e`` of the reference. ``e`` is measured once, on the fixed draw the probe's
-cutoff is set on. Where ``4 e`` reaches the reference's own
+least ``8 e`` (``ROUNDING_MARGIN``): a kernel computing in another order whose own
+rounding goes up to seven times as far from the exact answer lands within
+``8 e`` of the reference (an attention's math decomposition, scaled query and
+key, float32 matmul, softmax, matmul, is 4 to 6 times as far from the fused
+reference as that is from float64 at 97_ScaledDotProductAttention's sizes).
+``e`` is measured once, on the fixed draw the probe's
+cutoff is set on. Where ``8 e`` reaches the reference's own
 scale on the probe, no cutoff there tells right from wrong (all zeros would
 pass): the probe is dropped. Where the float64 run cannot be done (the model
 raises in float64, memory runs out or would not suffice), the cutoff stays
@@ -32,7 +35,7 @@ from fitness.memory_plan import Variant
 from fitness.refusal import out_of_memory
 
 #: A probe's cutoff is at least this many times the reference's own rounding there.
-ROUNDING_MARGIN = 4.0
+ROUNDING_MARGIN = 8.0
 
 
 def probe_cutoff(variant: Variant, inputs: Callable[[], list], references: list, cutoff: float, main_scale: float,
