@@ -77,3 +77,22 @@ class Variant:
     def footprint(self, overlap: bool, timed: bool = True) -> int:
         """The largest phase (bytes)."""
         return max(self.phases(overlap, timed).values())
+
+
+def largest_phase(prepared: Any) -> str:
+    """Where a ``PreparedProblem``'s footprint comes from, in words: its largest phase, and at
+    which shapes (the sizes of a held-out shape that differ from the main ones)."""
+    best: tuple[int, str, dict[str, int]] | None = None
+    for variant in prepared.variants():
+        main = variant is prepared.main
+        overlap = prepared.overlap_reference if main else prepared.overlap_held_out
+        for phase, size in variant.phases(overlap, timed=main).items():
+            if best is None or size > best[0]:
+                best = (size, phase, {} if main else {k: v for k, v in variant.shapes.items()
+                                                      if prepared.main.shapes.get(k) != v})
+    if best is None:
+        return ""
+    _, phase, shapes = best
+    where = (f"a held-out shape ({', '.join(f'{k}={v}' for k, v in shapes.items())})" if shapes
+             else "the main shapes")
+    return f"{phase} at {where}"

@@ -200,3 +200,27 @@ def test_a_grown_held_out_shape_checked_apart_lets_more_run_at_once_and_the_main
     assert prepared.footprint() == held_out_apart
     free["bytes"] = 10 * everywhere  # room for all: overlapping everywhere again
     assert prepared.slots_that_fit(6) == 6 and (prepared.overlap_reference, prepared.overlap_held_out) == (True, True)
+
+
+def test_the_log_names_the_phase_and_the_shapes_that_need_the_most():
+    from types import SimpleNamespace
+
+    from evolve.dispatch.base import at_once_note, plan_info
+    from fitness.memory_plan import largest_phase
+
+    main = Variant({"batch_size": 4096, "dim": 8}, None, None, [6 * GB], 6 * GB, 0, GB // 4, 0)  # type: ignore[arg-type]
+    grown = Variant({"batch_size": 5300, "dim": 8}, None, None, [8 * GB], 8 * GB, 0, GB // 4, 0)  # type: ignore[arg-type]
+    small = Variant({"batch_size": 100, "dim": 8}, None, None, [GB], GB, 0, GB // 4, 0)  # type: ignore[arg-type]
+    prepared = SimpleNamespace(main=main, variants=lambda: [main, small], overlap_reference=False,
+                               overlap_held_out=False, footprint=lambda: 24 * GB)
+    # the main shapes' judging of a timed run, I + 3 O, is the most: 24 GB against 3 GB checked at batch 100
+    assert largest_phase(prepared) == "judging a timed run at the main shapes"
+    prepared.variants = lambda: [main, grown, small]
+    # a grown held-out shape overlapped: its checked call (2 I + W + 2 O) is 32.25 GB, past the main's 24
+    prepared.overlap_held_out = True
+    assert largest_phase(prepared) == "checked call at a held-out shape (batch_size=5300)"
+    info = plan_info(prepared)
+    assert info == {"footprint_gb": 24.0, "plan_phase": "checked call at a held-out shape (batch_size=5300)"}
+    assert at_once_note({"at_once": 2, **info}, 6) == (
+        "; the memory plan lets 2 run at once (about 24.0 GB each, the most in checked call at a held-out shape "
+        "(batch_size=5300))")

@@ -19,12 +19,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from evolve.dispatch.base import evaluator_info
+from evolve.dispatch.base import evaluator_info, plan_info
 from evolve.dispatch.spec import EvaluatorSpec, workers_beside
 from fitness import CutoffError, EvalResult, Evaluator, NoRoomNow, PreparedProblem, ProblemError, Status
 from fitness.ahead import compile_ahead
 from fitness.lane import TimingLane
-from fitness.prepared import GB
 from platforms import Platform, PlatformUnavailable, get_platform
 
 log = logging.getLogger(__name__)
@@ -125,7 +124,7 @@ class EvaluatorActor:
             with self._lock:  # how many the memory plan lets run at once (of the slots)
                 at_once, ahead = self._limit.get(spec, self.slots), self._extra.get(spec, 0)
             return {"pid": os.getpid(), **evaluator_info(evaluators[0]), "at_once": at_once, "ahead": ahead,
-                    "footprint_gb": round(evaluators[0].prepared.footprint() / GB, 2)}  # as the plan's warnings
+                    **plan_info(evaluators[0].prepared)}
         finally:
             for evaluator in evaluators:
                 self._give_back(spec, evaluator)

@@ -120,20 +120,31 @@ def evaluator_info(evaluator: Any) -> dict[str, Any]:
             "cutoff": evaluator.cutoff, "cutoff_rule": evaluator.cutoff_rule}
 
 
+def plan_info(prepared: Any) -> dict[str, Any]:
+    """What one evaluation of a ``PreparedProblem`` needs on the device (GB, as the plan's warnings
+    say) and the phase that needs it (``fitness.memory_plan.largest_phase``)."""
+    from fitness.memory_plan import largest_phase
+    from fitness.prepared import GB
+
+    return {"footprint_gb": round(prepared.footprint() / GB, 2), "plan_phase": largest_phase(prepared)}
+
+
 def at_once_note(info: dict[str, Any], slots: int) -> str:
     """What the log says of the memory plan, where it lets fewer than ``slots`` evaluations run at once
     (and how many more compile their candidates' kernels ahead meanwhile: ``fitness.ahead``).
 
     >>> at_once_note({"at_once": 2, "footprint_gb": 30.5}, 6), at_once_note({"at_once": 6}, 6)
     ('; the memory plan lets 2 run at once (about 30.5 GB each)', '')
-    >>> at_once_note({"at_once": 2, "footprint_gb": 36.6, "ahead": 2}, 6)
-    '; the memory plan lets 2 run at once (about 36.6 GB each), 2 more compile ahead'
+    >>> at_once_note({"at_once": 2, "footprint_gb": 36.6, "ahead": 2, "plan_phase": "hand-over at the main shapes"}, 6)
+    '; the memory plan lets 2 run at once (about 36.6 GB each, the most in hand-over at the main shapes), 2 more compile ahead'
     """
     at_once = info.get("at_once")
     if at_once is None or at_once >= slots:
         return ""
     ahead = f", {info['ahead']} more compile ahead" if info.get("ahead") else ""
-    return f"; the memory plan lets {at_once} run at once (about {info.get('footprint_gb', '?')} GB each){ahead}"
+    phase = f", the most in {info['plan_phase']}" if info.get("plan_phase") else ""
+    return (f"; the memory plan lets {at_once} run at once (about {info.get('footprint_gb', '?')} GB "
+            f"each{phase}){ahead}")
 
 
 class Evaluates(Protocol):
