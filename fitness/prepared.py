@@ -232,7 +232,7 @@ class PreparedProblem:
         the problem's own inputs gave finite ones) is tried without its sign changes, then
         dropped with a note; probes that end up the same are tried once. Each kept probe's
         cutoff follows the reference's scale there, ``cutoff * max(1, max |ref on probe| /
-        max |ref|)``, and covers 4 times the reference's own rounding there (against itself in
+        max |ref|)``, and covers 8 times the reference's own rounding there (against itself in
         float64); a probe where that reaches the reference's scale is dropped too
         (``fitness.probe_rounding``)."""
         factor = float(round(_SECRET.uniform(*FACTOR_RANGE)))
