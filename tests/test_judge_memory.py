@@ -145,6 +145,11 @@ class _Prepared:
     def footprint(self) -> int:
         return 1 << 30
 
+    main, overlap_reference, overlap_held_out = None, True, True
+
+    def variants(self) -> list:
+        return []  # no shapes of its own: the log names no phase (fitness.memory_plan.largest_phase)
+
 
 class _FlakyEvaluator:
     """Runs out of kevo's memory while another evaluation is in flight, not alone."""
