@@ -38,6 +38,7 @@ sizes run at once (``PreparedProblem.slots_that_fit`` picks).
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from typing import Any
 
 from fitness.problem import Problem
@@ -79,20 +80,26 @@ class Variant:
         return max(self.phases(overlap, timed).values())
 
 
+def phases_of(variants: list[Variant], main: Variant, overlap: bool, held_out_overlap: bool
+              ) -> Iterator[tuple[Variant, str, int]]:
+    """(variant, phase, bytes) for every phase an evaluation goes through: the main shapes checked and
+    timed (``overlap``), each held-out shape only checked (``held_out_overlap``)."""
+    for variant in variants:
+        at_main = variant is main
+        for phase, size in variant.phases(overlap if at_main else held_out_overlap, timed=at_main).items():
+            yield variant, phase, size
+
+
 def largest_phase(prepared: Any) -> str:
     """Where a ``PreparedProblem``'s footprint comes from, in words: its largest phase, and at
     which shapes (the sizes of a held-out shape that differ from the main ones)."""
-    best: tuple[int, str, dict[str, int]] | None = None
-    for variant in prepared.variants():
-        main = variant is prepared.main
-        overlap = prepared.overlap_reference if main else prepared.overlap_held_out
-        for phase, size in variant.phases(overlap, timed=main).items():
-            if best is None or size > best[0]:
-                best = (size, phase, {} if main else {k: v for k, v in variant.shapes.items()
-                                                      if prepared.main.shapes.get(k) != v})
-    if best is None:
+    main = prepared.main
+    phases = phases_of(prepared.variants(), main, prepared.overlap_reference, prepared.overlap_held_out)
+    largest = max(phases, key=lambda p: p[2], default=None)
+    if largest is None:
         return ""
-    _, phase, shapes = best
+    variant, phase, _ = largest
+    shapes = {} if variant is main else {k: v for k, v in variant.shapes.items() if main.shapes.get(k) != v}
     where = (f"a held-out shape ({', '.join(f'{k}={v}' for k, v in shapes.items())})" if shapes
              else "the main shapes")
     return f"{phase} at {where}"

@@ -26,7 +26,7 @@ from typing import Any
 from fitness.compare import CutoffError, Trivial, all_finite, output_means, trivial_passes
 from fitness.cutoff import derived_cutoff, output_scale
 from fitness.floor import Floor, floor_for, reduction_terms
-from fitness.memory_plan import Variant
+from fitness.memory_plan import Variant, phases_of
 from fitness.probe_rounding import probe_cutoff
 from fitness.probes import FACTOR_RANGE, Probe, changes
 from fitness.problem import (NoRoomNow, Problem, ProblemError, build_model, declared_cutoff, held_out_shapes,
@@ -358,8 +358,8 @@ class PreparedProblem:
         if overlap is None:
             overlap, held_out_overlap = self.overlap_reference, self.overlap_held_out
         held_out_overlap = overlap if held_out_overlap is None else held_out_overlap
-        return (max(v.footprint(overlap if v is self.main else held_out_overlap, timed=v is self.main)
-                    for v in self.variants()) + self.platform.process_overhead_bytes)
+        return (max(size for _, _, size in phases_of(self.variants(), self.main, overlap, held_out_overlap))
+                + self.platform.process_overhead_bytes)
 
     def slots_that_fit(self, wanted: int) -> int:
         """How many of ``wanted`` evaluations at once fit in the device's free memory (at least 1:
