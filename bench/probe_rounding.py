@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from fitness.cutoff import output_scale  # noqa: E402
-from fitness.probe_rounding import ROUNDING_MARGIN, own_rounding  # noqa: E402
+from fitness.probe_rounding import ROUNDING_MARGIN, own_rounding, scaled_cutoff  # noqa: E402
 from fitness.probes import Probe  # noqa: E402
 from fitness.problem import build_model, load_problem, make_inputs  # noqa: E402
 from platforms import get_platform  # noqa: E402
@@ -70,9 +70,10 @@ def main(argv: list[str] | None = None) -> int:
                 refs = _outputs(model(*make_inputs(problem, draw, platform.device(), probe)))
             scale = output_scale(refs)
             e = own_rounding(model, lambda: make_inputs(problem, draw, platform.device(), probe), refs, platform)
+            from_scale = scaled_cutoff(args.cutoff, scale, main_scale)
             row = {"probe": name, "draw": draw, "factor": probe.factor, "scale": scale, "e": e,
-                   "margin": ROUNDING_MARGIN, "cutoff_from_scale": args.cutoff * max(1.0, scale / main_scale),
-                   "cutoff": max(args.cutoff * max(1.0, scale / main_scale), ROUNDING_MARGIN * e)}
+                   "margin": ROUNDING_MARGIN, "cutoff_from_scale": from_scale,
+                   "cutoff": max(from_scale, ROUNDING_MARGIN * e)}
             if candidate is not None:
                 with torch.no_grad():
                     outs = _outputs(candidate(*make_inputs(problem, draw, platform.device(), probe)))

@@ -38,6 +38,12 @@ from fitness.refusal import out_of_memory
 ROUNDING_MARGIN = 8.0
 
 
+def scaled_cutoff(cutoff: float, scale: float, main_scale: float) -> float:
+    """The problem's ``cutoff`` on a probe whose reference outputs reach ``scale`` where the problem's
+    own reach ``main_scale``: ``cutoff * max(1, scale / main_scale)``."""
+    return cutoff * max(1.0, scale / main_scale if main_scale > 0 else 1.0)
+
+
 def probe_cutoff(variant: Variant, inputs: Callable[[], list], references: list, cutoff: float, main_scale: float,
                  platform: Any, what: str, note: Callable[[str], None]) -> float | str:
     """A probe's cutoff, or why the probe is dropped (a string).
@@ -52,7 +58,7 @@ def probe_cutoff(variant: Variant, inputs: Callable[[], list], references: list,
     own rounding there (``own_rounding``).
     """
     scale = output_scale(references)
-    cutoff *= max(1.0, scale / main_scale if main_scale > 0 else 1.0)
+    cutoff = scaled_cutoff(cutoff, scale, main_scale)
     i, o = variant.input_bytes, sum(variant.output_bytes)
     # float64 copies of the inputs and outputs (twice the bytes), with room for the forward's
     # own scratch; and the float64 model beside the reference's
