@@ -72,19 +72,23 @@ def test_a_waiting_timing_holds_back_new_checks():
     assert checker.is_alive()  # the timing has not let go of the lane yet
 
 
+def _hold_until(enter, name: str, order: list[str], may_end: threading.Event) -> None:
+    """Hold ``enter()`` (a lane's ``shared`` or ``exclusive``) until ``may_end`` is set, noting in
+    ``order`` when the hold starts and ends."""
+    with enter():
+        order.append(f"{name} starts")
+        may_end.wait(10)
+        order.append(f"{name} ends")
+
+
 def test_a_lent_hold_lets_a_timing_through_and_is_taken_back_after_it():
     lane = TimingLane()
     order: list[str] = []
     timing_may_end = threading.Event()
 
-    def timing() -> None:
-        with lane.exclusive():
-            order.append("timing starts")
-            timing_may_end.wait(10)
-            order.append("timing ends")
-
     with lane.shared() as hold:  # a check is running; its worker starts to compile
-        timer = threading.Thread(target=timing, daemon=True)
+        timer = threading.Thread(target=_hold_until, args=(lane.exclusive, "timing", order, timing_may_end),
+                                 daemon=True)
         timer.start()
         time.sleep(0.05)
         assert order == []  # the check holds the lane
@@ -423,14 +427,9 @@ def test_a_window_shares_the_lane_while_it_judges_and_takes_it_back_after_the_ch
     order: list[str] = []
     check_may_end = threading.Event()
 
-    def check() -> None:
-        with lane.shared():
-            order.append("check starts")
-            check_may_end.wait(10)
-            order.append("check ends")
-
     with lane.exclusive() as window:
-        checker = threading.Thread(target=check, daemon=True)
+        checker = threading.Thread(target=_hold_until, args=(lane.shared, "check", order, check_may_end),
+                                   daemon=True)
         checker.start()
         time.sleep(0.05)
         assert order == []  # the timing holds the device to itself
