@@ -19,6 +19,7 @@
 #   bash bench/gpu_round.sh sol30 sol-extra        # kevo's best at own shapes on 33 (and 5 more) level-1 problems (resumable)
 #   bash bench/gpu_round.sh llm busy-seq busy-side # LLM overlap; a 20-problem sweep one by one, then side by side (BUSY_SIDE)
 #   bash bench/gpu_round.sh models                 # extract, sweep and apply five level-3 models (MODELS, MODEL_EVALS, MODEL_WALL, MODEL_SIDE)
+#   bash bench/gpu_round.sh probe-rounding         # 97's reference rounding on the probes, and a candidate's distance
 #   bash bench/gpu_round.sh extract                # kevo extract over every level-3 model
 #   bash bench/gpu_round.sh gemm                   # levels 1 and 2's GEMMs from compile seeds: the precision table
 #   bash bench/gpu_round.sh level1-seeds           # seeds: compile over all of level 1 at own shapes (runs/kb-level1, resumable;
@@ -428,6 +429,13 @@ EOF
     sweep_or_resume "$dir" "$OUT/level1_seeds.yaml" > "$OUT/level1_seeds.txt"
     timeout 120 python3 bench/compile_sweep_table.py "$dir" --json "$OUT/level1_seeds_table.json" \
         > "$OUT/level1_seeds_table.md"
+}
+
+sec_probe_rounding() {  # how far 97's reference rounds on kevo's probes, and the attention's math decomposition
+    # from it (PR_PROBLEM, PR_CANDIDATE: another pair)
+    timeout "$(left)" python3 bench/probe_rounding.py "$L1/${PR_PROBLEM:-97_ScaledDotProductAttention}.py" \
+        --candidate "${PR_CANDIDATE:-bench/candidates/attention_math.py}" --factor 167 --draws 3 \
+        > "$OUT/probe_rounding.jsonl"
 }
 
 sec_extract() {  # kevo extract alone over level-3 models at their own shapes (EXTRACT_MODELS: those only)
