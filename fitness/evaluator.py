@@ -300,8 +300,8 @@ class Evaluator:
         # must not answer them from a cache.
         window = WindowJudge(secrets.randbelow(2**30), set_aside_runs(sum(self.main.output_bytes)), self._judge_run)
         with self._waiting("wait: lane", self.lane.exclusive()) as held, \
-                self._waiting("wait: device lock", device_window(self.platform)):  # alone, across processes too
-            window.sharing = held.sharing  # a run judged as it ends shares the device meanwhile
+                self._waiting("wait: device lock", device_window(self.platform)) as turn:  # across processes too
+            window.sharing = lambda: held.sharing(turn)  # a run judged as it ends shares the device meanwhile
             with self._timed("reference timing"):
                 self.reference_ms()  # timed with the device to itself, like the candidate
             started = time.monotonic()

@@ -26,6 +26,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 
 class TimingLane:
@@ -115,13 +116,20 @@ class Exclusive:
         self._lane._give_back_exclusive(self._since, to_reader)
 
     @contextlib.contextmanager
-    def sharing(self) -> Iterator[None]:
+    def sharing(self, beside: Any = None) -> Iterator[None]:
+        """``beside``: another hold the window keeps with the lane (the device's lock between processes,
+        ``platforms.device_lock.Turn``), given back first and taken again after the lane: a window that
+        took the lane meanwhile must not wait for it while this one waits for the lane."""
+        if beside is not None:
+            beside.release()
         self.give_back(to_reader=True)  # at once: no other timing can come in between
         try:
             yield
         finally:
             self._lane._release_shared()
             self.take()
+            if beside is not None:
+                beside.acquire()  # in the order every window takes them: the lane, then the device's lock
 
 
 class Hold:
@@ -169,5 +177,5 @@ class NoLane:
         yield self
 
     @contextlib.contextmanager
-    def sharing(self) -> Iterator[None]:
+    def sharing(self, beside: Any = None) -> Iterator[None]:
         yield

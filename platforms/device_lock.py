@@ -69,20 +69,36 @@ class DeviceLock:
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:
         """The device's windows to this caller until the block ends."""
+        key = self.acquire()
+        try:
+            yield
+        finally:
+            self.release(key)
+
+    def acquire(self) -> str:
+        """Take this process's turn (its threads one at a time; again inside: deeper) and, at the
+        first depth, the file lock; returns the key ``release`` takes."""
         path = str(self.path)
         with _HELD_GUARD:
             turn, state = _HELD.setdefault(path, (threading.RLock(), [None, 0]))
-        with turn:
+        turn.acquire()
+        try:
             if state[1] == 0:
                 state[0] = self._take(Path(path))
-            state[1] += 1
-            try:
-                yield
-            finally:
-                state[1] -= 1
-                if state[1] == 0 and state[0] is not None:
-                    os.close(state[0])  # closing the descriptor releases the lock
-                    state[0] = None
+        except BaseException:
+            turn.release()
+            raise
+        state[1] += 1
+        return path
+
+    def release(self, key: str) -> None:
+        """One depth of ``acquire`` given back; the file lock with the last."""
+        turn, state = _HELD[key]
+        state[1] -= 1
+        if state[1] == 0 and state[0] is not None:
+            os.close(state[0])  # closing the descriptor releases the lock
+            state[0] = None
+        turn.release()
 
     def _take(self, path: Path) -> int | None:
         try:
@@ -97,7 +113,31 @@ class DeviceLock:
         return fd
 
 
-def window(platform: Any) -> contextlib.AbstractContextManager[None]:
+class Turn:
+    """A timed window's hold of its device's lock, which it may give back for a while and take
+    again (``release``, then ``acquire``): a window whose lane hold turns shared while it judges a
+    run (``fitness.lane.Exclusive.sharing``) gives its turn back too, or another window that took
+    the lane meanwhile would wait for this turn while this window waits for the lane."""
+
+    def __init__(self, lock: DeviceLock | None) -> None:
+        self._lock, self._keys = lock, []
+
+    def acquire(self) -> None:
+        if self._lock is not None:
+            self._keys.append(self._lock.acquire())
+
+    def release(self) -> None:
+        if self._keys:
+            self._lock.release(self._keys.pop())
+
+    def __enter__(self) -> "Turn":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def window(platform: Any) -> Turn:
     """Around a timed window on ``platform``'s device: its ``DeviceLock`` held, if it has one."""
-    lock = platform.device_lock()
-    return lock.exclusive() if lock is not None else contextlib.nullcontext()
+    return Turn(platform.device_lock())

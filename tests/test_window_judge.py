@@ -172,3 +172,75 @@ def test_a_run_judged_as_it_ends_shares_the_lane_meanwhile(monkeypatch):
     # every one computed with the lane shared, by this evaluation alone
     assert len(seen) == result.checks >= 10 and seen == [(False, 1)] * len(seen), seen
     assert lane.stats()["timings"] == 1 and not lane._writer and lane._readers == 0
+
+
+class Counted(TimingLane):
+    """A lane that counts the windows that asked for it, and can let a waiting window take it the
+    moment a shared hold ends (``hand_over``), as a busy device's threads sometimes do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.windows = self.taken = 0
+        self.hand_over = False
+
+    def exclusive(self):
+        self.windows += 1
+        return super().exclusive()
+
+    def _take_exclusive(self) -> float:
+        taken = super()._take_exclusive()
+        self.taken += 1
+        return taken
+
+    def _release_shared(self) -> None:
+        super()._release_shared()
+        if self.hand_over:
+            self.hand_over, before, waited = False, self.taken, time.monotonic()
+            while self.taken == before and time.monotonic() - waited < 5:
+                time.sleep(0.001)
+
+
+def test_a_window_that_shares_the_lane_gives_the_device_lock_back_too(monkeypatch, tmp_path):
+    """While a run is judged with the lane shared, another slot's window may take the lane; it then
+    takes the device's lock (platforms.device_lock), which this window must not keep meanwhile, or
+    each would wait for the other for ever (seen on an H100 with 23_Softmax at its own shapes)."""
+    from platforms.cpu import CpuPlatform
+    from platforms.device_lock import LOCK_DIR_ENV, DeviceLock
+    from platforms.device_lock import window as device_window
+
+    monkeypatch.setenv(LOCK_DIR_ENV, str(tmp_path))
+    monkeypatch.setattr(CpuPlatform, "device_lock", lambda self: DeviceLock("gpu-test"))
+    monkeypatch.setattr(window_judge, "SET_ASIDE_BYTES", 0)  # every run judged on arrival
+    lane = Counted()
+    others: list[threading.Thread] = []
+    timed = threading.Event()
+
+    def another_window(platform) -> None:  # another slot's timing, in the order every window takes them
+        with lane.exclusive(), device_window(platform):
+            timed.set()
+
+    evaluator = Evaluator(str(ROOT / "problems" / "elementwise" / "reference.py"), platform="cpu", shapes=SHAPES,
+                          lane=lane, settings=TWELVE_RUNS)
+    original = evaluator.prepared.reference_outputs
+
+    def reference_outputs(variant, seed, probe=None):
+        if lane.windows == 1 and lane._readers and not lane._writer and not others:  # judged in the window
+            others.append(threading.Thread(target=another_window, args=(evaluator.platform,), daemon=True))
+            others[0].start()
+            while not lane._writers_waiting:  # it waits for this judging to end, then takes the lane
+                time.sleep(0.001)
+            lane.hand_over = True
+        return original(variant, seed, probe)
+
+    monkeypatch.setattr(evaluator.prepared, "reference_outputs", reference_outputs)
+    results: list = []
+    run = threading.Thread(target=lambda: results.append(evaluator.evaluate(
+        (ROOT / "problems" / "elementwise" / "seed.py").read_text())), daemon=True)
+    run.start()
+    run.join(60)
+    assert not run.is_alive(), "the window and the other slot's window wait for each other"
+    evaluator.close()
+    assert others and timed.is_set()
+    others[0].join(5)
+    assert results[0].status.value == "accepted", results[0].reason
+    assert lane.stats()["timings"] == 2 and not lane._writer and lane._readers == 0
