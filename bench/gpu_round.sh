@@ -20,6 +20,7 @@
 #   bash bench/gpu_round.sh llm busy-seq busy-side # LLM overlap; a 20-problem sweep one by one, then side by side (BUSY_SIDE)
 #   bash bench/gpu_round.sh models                 # extract, sweep and apply five level-3 models (MODELS, MODEL_EVALS, MODEL_WALL, MODEL_SIDE)
 #   bash bench/gpu_round.sh probe-rounding         # 97's reference rounding on the probes, and a candidate's distance
+#   bash bench/gpu_round.sh ncu-passes             # ncu's replay passes for each metric kevo asks for
 #   bash bench/gpu_round.sh extract                # kevo extract over every level-3 model
 #   bash bench/gpu_round.sh gemm                   # levels 1 and 2's GEMMs from compile seeds: the precision table
 #   bash bench/gpu_round.sh level1-seeds           # seeds: compile over all of level 1 at own shapes (runs/kb-level1, resumable;
@@ -436,6 +437,10 @@ sec_probe_rounding() {  # how far 97's reference rounds on kevo's probes, and th
     timeout "$(left)" python3 bench/probe_rounding.py "$L1/${PR_PROBLEM:-97_ScaledDotProductAttention}.py" \
         --candidate "${PR_CANDIDATE:-bench/candidates/attention_math.py}" --factor 167 --draws 3 \
         > "$OUT/probe_rounding.jsonl"
+}
+
+sec_ncu_passes() {  # the replay passes of each ncu metric kevo asks for, alone and in the set
+    timeout "$(left)" python3 bench/ncu_passes.py --out "$OUT/ncu_passes.jsonl"
 }
 
 sec_extract() {  # kevo extract alone over level-3 models at their own shapes (EXTRACT_MODELS: those only)
