@@ -21,7 +21,7 @@
 #   bash bench/gpu_round.sh models                 # extract, sweep and apply five level-3 models (MODELS, MODEL_EVALS, MODEL_WALL, MODEL_SIDE)
 #   bash bench/gpu_round.sh probe-rounding         # 97's reference rounding on the probes, and a candidate's distance
 #   bash bench/gpu_round.sh ncu-passes             # ncu's replay passes for each metric kevo asks for
-#   bash bench/gpu_round.sh ncu-compute            # one-pass stand-ins for sm__throughput: passes and values
+#   bash bench/gpu_round.sh ncu-compute            # sm__throughput beside the one-pass parts kevo reads instead
 #   bash bench/gpu_round.sh extract                # kevo extract over every level-3 model
 #   bash bench/gpu_round.sh gemm                   # levels 1 and 2's GEMMs from compile seeds: the precision table
 #   bash bench/gpu_round.sh level1-seeds           # seeds: compile over all of level 1 at own shapes (runs/kb-level1, resumable;
@@ -444,25 +444,16 @@ sec_ncu_passes() {  # the replay passes of each ncu metric kevo asks for, alone 
     timeout "$(left)" python3 bench/ncu_passes.py --out "$OUT/ncu_passes.jsonl"
 }
 
-sec_ncu_compute() {  # one-pass stand-ins for sm__throughput (9 passes alone): their passes beside kevo's
-    # other metrics, and their values beside it on a softmax, an fp32 and a bf16 matmul (CSV kept)
-    local six issue fma alu inst tensor sm
-    six=gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed
-    six=$six,sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active
-    six=$six,sm__maximum_warps_per_active_cycle_pct,launch__registers_per_thread
-    issue=smsp__issue_active.avg.pct_of_peak_sustained_active
-    fma=sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active
-    alu=sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active
-    inst=sm__inst_executed.avg.pct_of_peak_sustained_active
-    tensor=sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active
-    sm=sm__throughput.avg.pct_of_peak_sustained_elapsed
-    timeout "$(left)" python3 bench/ncu_passes.py --out "$OUT/ncu_compute.jsonl" --csv "$OUT/ncu_csv" \
-        --set six=$six --set six_issue=$six,$issue --set six_pipes=$six,$issue,$fma,$alu \
-        --set compare=$sm,$issue,$fma,$alu,$tensor --set inst=$inst
-    local p
-    for p in mm mm_bf16; do
+sec_ncu_compute() {  # sm__throughput (9 passes alone) beside the one-pass parts kevo reads instead
+    # (platforms.profiling.ncu.COMPUTE_PARTS) and two pipes, on a softmax, an fp32 and a bf16 matmul (CSV kept)
+    local p compare=sm__throughput.avg.pct_of_peak_sustained_elapsed
+    compare=$compare,sm__issue_active.avg.pct_of_peak_sustained_elapsed
+    compare=$compare,sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed
+    compare=$compare,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_elapsed
+    compare=$compare,sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_elapsed
+    for p in softmax mm mm_bf16; do
         timeout "$(left)" python3 bench/ncu_passes.py --program $p --out "$OUT/ncu_compute.jsonl" --csv "$OUT/ncu_csv" \
-            --set compare=$sm,$issue,$fma,$alu,$tensor --set six_pipes=$six,$issue,$fma,$alu
+            --set compare=$compare
     done
 }
 

@@ -33,7 +33,7 @@ from fitness.profile_shape import (
 from fitness.profiling import profile_candidate
 from platforms.profiling import NCU_METRICS, ProfileRecord, ncu_commands, parse_ncu_csv, thresholds_for
 from platforms.profiling import profilers as profilers_module
-from platforms.profiling.ncu import _RAW_NAMES
+from platforms.profiling.ncu import _RAW_NAMES, COMPUTE_PARTS
 from platforms.profiling.record import COMPUTE_PCT, DRAM_PCT, DURATION_NS, GRID_BLOCKS, Launch, metric
 from platforms.profiling.summary import build_record
 from population_store import RunStore
@@ -118,8 +118,8 @@ def test_sizes_keep_their_divisibility_and_never_reach_one():
 # -- the ncu command line and its recorded output ---------------------------------------
 
 
-def _raw_header() -> list[str]:
-    text = (NCU_FIXTURES / "h200_ncu_raw_metrics.csv").read_text()
+def _raw_header(name: str = "h200_ncu_raw_metrics.csv") -> list[str]:
+    text = (NCU_FIXTURES / name).read_text()
     lines = [line for line in text.splitlines() if line.startswith('"') and not line.startswith('"==')]
     return next(csv.reader(lines[:1]))
 
@@ -129,18 +129,51 @@ def test_ncu_is_asked_only_for_what_the_classifier_and_the_prompt_read():
     asked = profile[profile.index("--metrics") + 1].split(",")
     assert asked == list(NCU_METRICS) and len(asked) == 7
     read = dict(_RAW_NAMES)
-    assert all(name in read for name in asked)  # nothing asked that kevo does not read
-    assert {DURATION_NS, DRAM_PCT, COMPUTE_PCT} <= {read[name] for name in asked}  # the class's inputs
-    header = _raw_header()  # ncu 2025.3.1 on an H200, asked for a superset of these
+    assert all(name in read or name in COMPUTE_PARTS for name in asked)  # nothing asked that kevo does not read
+    assert {DURATION_NS, DRAM_PCT} <= {read[name] for name in asked if name in read}  # the class's inputs
+    assert set(COMPUTE_PARTS) <= set(asked)  # and its compute side
+    # ncu 2025.3.1 on an H200: a metric list, and the SpeedOfLight section's raw names
+    header = _raw_header() + _raw_header("h200_ncu_raw_sections_sol_mem.csv")
     assert [name for name in asked if name not in header] == []  # every one is a metric real ncu writes
     for dropped in ("gpu__compute_memory_throughput", "lts__t_sector_hit_rate", "dram__bytes_read",
-                    "launch__occupancy_limit"):
+                    "launch__occupancy_limit", "sm__throughput"):  # sm__throughput: 9 replay passes alone
         assert not any(name.startswith(dropped) for name in asked)
+
+
+def _without(text: str, prefix: str) -> str:
+    """ncu's raw CSV with every column whose name starts with ``prefix`` taken out."""
+    lines = text.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith('"ID"'))
+    rows = list(csv.reader(lines[at:]))
+    keep = [i for i, name in enumerate(rows[0]) if not name.startswith(prefix)]
+    out = io.StringIO()
+    csv.writer(out, quoting=csv.QUOTE_ALL, lineterminator="\n").writerows([[r[i] for i in keep if i < len(r)]
+                                                                         for r in rows])
+    return "\n".join(lines[:at]) + "\n" + out.getvalue()
+
+
+def test_the_compute_side_without_sm_throughput_classifies_the_recorded_kernels_as_it_did():
+    """Real ncu output with the SpeedOfLight breakdown (six kernels: fills, adds, a random draw, a bf16
+    GEMM, a reduction): the busier of issue and the tensor pipe, which kevo asks for instead of
+    sm__throughput, gives every kernel the class sm__throughput gave, and at most its value."""
+    text = (NCU_FIXTURES / "h200_ncu_raw_sections_sol_mem.csv").read_text()
+    full, parts = parse_ncu_csv(text), parse_ncu_csv(_without(text, "sm__throughput"))
+    assert len(full.launches) == len(parts.launches) == 6
+    for with_it, stand_in in zip(full.launches, parts.launches):
+        sm, part = with_it.metrics[COMPUTE_PCT].value, stand_in.metrics[COMPUTE_PCT].value
+        assert part <= sm + 1e-9 and sm - part < 6, (with_it.kernel, sm, part)
+    assert max(launch.metrics[COMPUTE_PCT].value for launch in parts.launches) == pytest.approx(93.1)  # the GEMM
+    records = [build_record("ncu", "2025.3.1", "NVIDIA H200", report.launches, thresholds_for("cuda"))
+               for report in (full, parts)]
+    assert [(k.name, k.bottleneck) for k in records[1].kernels] == [(k.name, k.bottleneck) for k in records[0].kernels]
+    assert records[1].bottleneck == records[0].bottleneck
 
 
 def test_the_smaller_metric_set_classifies_the_recorded_kernels_as_the_full_one_did():
     parsed = parse_ncu_csv((NCU_FIXTURES / "h200_ncu_raw_metrics.csv").read_text())
-    kept = {kevo for raw, kevo in _RAW_NAMES if raw in NCU_METRICS} | {GRID_BLOCKS, "block_threads"}
+    # compute_pct: NCU_METRICS give it through COMPUTE_PARTS, which this recording lacks (the test above:
+    # the same classes as sm__throughput on the recording that has both)
+    kept = {kevo for raw, kevo in _RAW_NAMES if raw in NCU_METRICS} | {GRID_BLOCKS, "block_threads", COMPUTE_PCT}
     full = build_record("ncu", "2025.3.1", "NVIDIA H200", parsed.launches, thresholds_for("cuda"))
     smaller = [Launch(launch.kernel, {k: m for k, m in launch.metrics.items() if k in kept})
                for launch in parsed.launches]

@@ -14,7 +14,7 @@ from typing import Any
 # kevo's metric names; every value is in the unit next to it.
 DURATION_NS = "duration_ns"  # ns: GPU time of one launch (median over launches)
 DRAM_PCT = "dram_pct"  # %: DRAM throughput, of the device's peak bandwidth
-COMPUTE_PCT = "compute_pct"  # %: busiest SM/CU pipe (ncu sm__throughput; AMD VALU/MFMA busy)
+COMPUTE_PCT = "compute_pct"  # %: busiest SM/CU side (ncu: issue or tensor pipe; AMD VALU/MFMA busy)
 TENSOR_PCT = "tensor_pct"  # %: tensor pipe (NVIDIA) or MFMA (AMD) busy
 MEMORY_UNITS_PCT = "memory_units_pct"  # %: busiest memory unit incl. L1/shared (ncu); NOT DRAM
 OCCUPANCY_PCT = "occupancy_pct"  # %: achieved warps in flight, of the maximum
