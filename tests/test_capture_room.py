@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from evolve.capture import room
@@ -231,3 +233,58 @@ def test_a_capture_in_a_given_form_records_it_and_a_first_capture_starts_symboli
     fixed = inductor.capture(tmp_path / "p.py", device="cuda", form={"strict": False, "oblivious": False})
     assert fixed["form"] == {"strict": False, "oblivious": False} and fixed["retried_s"] == []
     assert forms == [(True, True), (False, False)]
+
+
+class _Locked:
+    """A platform whose device has a timed-window lock (the CPU platform has none)."""
+
+    def __init__(self, name: str) -> None:
+        from platforms.device_lock import DeviceLock
+
+        self.lock = DeviceLock(name)
+
+    def device_lock(self):
+        return self.lock
+
+
+def test_inductors_benchmarks_wait_for_another_processs_timed_window(monkeypatch, tmp_path):
+    """A capture's autotuning times kernels on the device (for minutes under max-autotune): each of
+    Inductor's benchmarks takes the device's timed-window lock, so it waits while another run times a
+    candidate, and no candidate's window sees the benchmarked kernels."""
+    from torch._inductor.runtime import benchmarking
+
+    from platforms.device_lock import _HELD, LOCK_DIR_ENV
+    from tests.test_device_lock import hold_elsewhere
+
+    monkeypatch.setenv(LOCK_DIR_ENV, str(tmp_path))
+    platform, bench = _Locked("gpu-test"), benchmarking.benchmarker
+    held: list[int] = []
+
+    def fake(*args, **kwargs) -> float:  # stands in for a GPU benchmark: is the window held around it?
+        held.append(_HELD[str(platform.lock.path)][1][1])
+        return 1.0
+
+    monkeypatch.setattr(bench, "benchmark_gpu", fake)
+    child = hold_elsewhere(1.5)  # another process's timed window
+    started = time.monotonic()
+    with room.benchmarks_alone("cuda", platform):
+        assert bench.benchmark_gpu(lambda: None) == 1.0
+        waited = time.monotonic() - started
+        assert bench.benchmark_gpu is not fake
+    child.wait(timeout=10)
+    assert waited > 1.0 and held == [1]
+    assert bench.benchmark_gpu is fake  # as it was before
+    with room.benchmarks_alone("cpu", platform):
+        assert bench.benchmark_gpu is fake  # nothing to keep apart on the CPU
+
+
+def test_the_benchmarker_gets_its_own_methods_back():
+    from torch._inductor.runtime import benchmarking
+
+    bench = benchmarking.benchmarker
+    before = dict(vars(bench))
+    with room.benchmarks_alone("cuda", _Locked("gpu-test")):
+        assert {name for name in room.BENCHMARK_METHODS if hasattr(bench, name)} <= set(vars(bench))
+    assert dict(vars(bench)) == before
+    with room.benchmarks_alone("cuda", type("NoLock", (), {"device_lock": lambda self: None})()):
+        assert dict(vars(bench)) == before  # a device without a lock: nothing wrapped

@@ -15,22 +15,20 @@ problem's inputs, and returns a *recording*: a JSON-able dict with
 - ``outputs``, the versions, and eager/compiled runtimes (``do_bench``, and
   ``compiled_protocol_ms``: the compiled model timed the way kevo times a
   candidate);
-- where its time went: ``compile_s`` (compiling and the first run, autotuning
-  included), ``timing_s`` (the runtimes) and ``retried_s`` (each attempt made
-  again in another form before this one, below).
+- where its time went: ``compile_s`` (compiling and the first run, autotuning included),
+  ``timing_s`` (the runtimes), ``retried_s`` (each attempt in another form before, below).
 
-``operators.seeds.convert`` turns a recording into a candidate file; the
-recordings under ``tests/fixtures/inductor/`` were made with this function, so
-the conversion is tested on machines without a GPU.
+``operators.seeds.convert`` turns a recording into a candidate file; the recordings under
+``tests/fixtures/inductor/`` were made here, so the conversion is tested without a GPU.
 
-``variant`` names one of ``VARIANTS``: the Inductor configuration the capture
-is made under (persistent or looped reductions, split reductions off,
-coordinate-descent tuning, max-autotune with its Triton GEMM and convolution
-templates, and those templates with ``scaled_dot_product_attention`` traced by
-its math: ``entry["attention"] == "math"``), recorded as ``entry["variant"]``
-and ``entry["inductor_config"]``;
-``evolve.capture.seed.compile_seeds`` captures a problem under each and keeps
-the distinct programs.
+``variant`` names one of ``VARIANTS``: the Inductor configuration the capture is
+made under (persistent or looped reductions, split reductions off, coordinate-descent
+tuning, max-autotune with its Triton GEMM and convolution templates, and those
+templates with ``scaled_dot_product_attention`` traced by its math:
+``entry["attention"] == "math"``), recorded as ``entry["variant"]`` and
+``entry["inductor_config"]``; ``evolve.capture.seed.compile_seeds`` captures a
+problem under each and keeps the distinct programs. Every benchmark Inductor
+times takes the device's timed-window lock (``evolve.capture.room``).
 
 ``device="cpu"`` compiles with Inductor's Triton backend for the CPU
 (``cpu_backend="triton"``) and runs its kernels under Triton's interpreter
@@ -54,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from evolve.capture.conv_forms import template_forms
+from evolve.capture.room import benchmarks_alone
 from evolve.capture.symbolic import symbolic_sizes
 from fitness.problem import build_model, load_problem, make_inputs
 from platforms import get_platform, time_runs
@@ -64,10 +63,9 @@ from platforms.device_lock import window as device_window
 #: sweep's runs side by side capture in child processes of their own instead: evolve.capture.apart.)
 _ONE_CAPTURE = threading.Lock()
 
-#: Inductor configurations a problem is captured under, in the order seeds are offered:
-#: name -> ``torch._inductor.config`` settings. Each seed is named by its configuration.
-#: A configuration that only moves numbers (coordinate descent picks other blocks and
-#: warps) gives a duplicate where the program is the same, and is dropped then.
+#: Inductor configurations a problem is captured under, in the order seeds are offered: name ->
+#: ``torch._inductor.config`` settings. Each seed is named by its configuration. A configuration that
+#: only moves numbers (coordinate descent's blocks and warps) gives a duplicate program, dropped then.
 _TEMPLATES = {"max_autotune": True, "max_autotune_gemm_backends": "TRITON", "max_autotune_conv_backends": "TRITON"}
 VARIANTS: dict[str, dict[str, Any]] = {
     "default": {},
@@ -357,9 +355,11 @@ def _capture(path: Path, device: str, mode: str | None, time_it: bool, shapes: d
     def compiling() -> Iterator[None]:
         """Where the compiled model runs: ops that would fix a size traced in a form that does not
         (``evolve.capture.symbolic``); under the templates, convolutions in forms they take
-        (``evolve.capture.conv_forms``); attention by its math for ``MATH_ATTENTION``."""
+        (``evolve.capture.conv_forms``); attention by its math for ``MATH_ATTENTION``; each of
+        Inductor's benchmarks in a timed window of its own (``evolve.capture.room.benchmarks_alone``)."""
         templates = bool(VARIANTS[variant].get("max_autotune"))
-        with symbolic_sizes(), template_forms() if templates else contextlib.nullcontext(), \
+        with symbolic_sizes(), benchmarks_alone(device), \
+                template_forms() if templates else contextlib.nullcontext(), \
                 _math_attention() if variant in MATH_ATTENTION else contextlib.nullcontext():
             yield
     started = time.perf_counter()

@@ -127,6 +127,57 @@ def turn(large: bool, name: str, lock: Callable[[], Any] | None = None) -> Itera
         yield
 
 
+#: The methods of Inductor's benchmarker (``torch._inductor.runtime.benchmarking.benchmarker``) that run
+#: kernels on the GPU to time them: autotuning's templates and configs, coordinate descent, padding.
+BENCHMARK_METHODS = ("benchmark_gpu", "benchmark_gpu_with_cuda_graph")
+
+
+@contextlib.contextmanager
+def benchmarks_alone(device: str, platform: Any = None) -> Iterator[None]:
+    """Each benchmark Inductor times while compiling, in a timed window of its own on the device
+    (``platforms.device_lock``), until the block ends. A sweep's other runs time candidates
+    meanwhile: a max-autotune capture benchmarks templates for minutes (188 s for
+    84_conv_depthwise_2D on an H100), and neither's timing may see the other's kernels. The windows
+    are taken one benchmark at a time, so the others' windows go on between them. Nothing changes on
+    the CPU, or where the device has no lock, or where torch has no such benchmarker."""
+    if device == "cpu":
+        yield
+        return
+    from platforms import get_platform
+    from platforms.device_lock import window as device_window
+
+    platform = platform or get_platform("auto")
+    try:
+        from torch._inductor.runtime import benchmarking
+        bench = benchmarking.benchmarker
+    except (ImportError, AttributeError):
+        yield
+        return
+    if platform.device_lock() is None:
+        yield
+        return
+    patched = [name for name in BENCHMARK_METHODS if callable(getattr(bench, name, None))]
+    own = {name: name in vars(bench) for name in patched}  # set on the instance already (kept, restored)
+    before = {name: getattr(bench, name) for name in patched}
+
+    def alone(method: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            with device_window(platform):
+                return method(*args, **kwargs)
+        return timed
+
+    for name in patched:
+        setattr(bench, name, alone(before[name]))
+    try:
+        yield
+    finally:
+        for name in patched:
+            if own[name]:
+                setattr(bench, name, before[name])
+            else:
+                delattr(bench, name)  # the class's method again
+
+
 def _capture_lock() -> Any:
     """The lock captures on this process's device take turns for (None where it has none)."""
     from platforms import get_platform
