@@ -353,19 +353,19 @@ class Evaluator:
                 room: Callable[[], contextlib.AbstractContextManager] | None = None) -> dict[str, Any]:
         """The profile of candidate ``source`` (a parent), as ``ProfileRecord.to_dict()``.
 
-        The platform's profiler runs the candidate at the main shapes, or a
-        reduced shape for a large problem (``fitness.profile_shape``), with the
-        device to itself while it uses it (the lane held exclusively, never
-        during a timing); without one, or once it has failed, the record is the
-        analytic roofline from ``runtime_ms`` (the evaluator's median) and says why in its
-        ``reason``. ``room()``, where given, is entered before the lane while the profiled program
-        is on the device (an actor's admission). ``ProblemError``: the problem's ``FLOPS`` is unusable.
-        """
+        The platform's profiler runs the candidate at the main shapes, or a reduced shape for a
+        large problem (``fitness.profile_shape``), with the device to itself while it uses it (the
+        lane held exclusively, never during a timing, and the device's lock between processes, as a
+        timed window); without one, or once it has failed, the record is the analytic roofline from
+        ``runtime_ms`` (the evaluator's median) and says why in its ``reason``. ``room()``, where given,
+        is entered before the lane while the profiled program is on the device (an actor's admission).
+        ``ProblemError``: the problem's ``FLOPS`` is unusable."""
+        alone = both(self.lane.exclusive, lambda: device_window(self.platform))
         record = profile_candidate(self.profiler, self.prepared.reference_path, self.prepared.shapes, source,
                                    self.platform.name, getattr(self.platform, "index", 0),
                                    self.settings.profile_timeout_s, runtime_ms=runtime_ms,
                                    device_name=self.channel.device_name(), dtype=self.prepared.dtype,
-                                   exclusive=self.lane.exclusive if room is None else both(room, self.lane.exclusive),
+                                   exclusive=alone if room is None else both(room, alone),
                                    shapes_seen=self.prepared.profile_shapes)
         return record.to_dict()
 

@@ -406,3 +406,42 @@ def test_records_from_before_the_cost_was_kept_say_so():
     assert profiling_line(profiling_cost({})) is None
     assert ProfileRecord.from_dict({**ProfileRecord("ncu", "1", "d", "unknown", "", {}).to_dict(),
                                     "cost": {"seconds": 1}}).cost == {"seconds": 1.0}
+
+
+def test_a_profile_on_the_device_waits_for_another_processs_timed_window(tmp_path, monkeypatch):
+    """The profiled program replays the candidate's kernels on the device: another kevo process's timed
+    window must not run meanwhile, so the profile takes the device's lock between processes too
+    (platforms.device_lock), after the lane, as a timed window does."""
+    import fitness.evaluator as evaluator_module
+    from fitness import Evaluator
+    from platforms.cpu import CpuPlatform
+    from platforms.device_lock import LOCK_DIR_ENV, DeviceLock
+    from tests.test_device_lock import hold_elsewhere
+
+    monkeypatch.setenv(LOCK_DIR_ENV, str(tmp_path / "locks"))
+    monkeypatch.setattr(CpuPlatform, "device_lock", lambda self: DeviceLock("gpu-test"))
+    taken: list[float] = []
+    real = evaluator_module.device_window
+
+    class Noted:  # the device's lock, noting when it was taken
+        def __init__(self, platform):
+            self.turn = real(platform)
+
+        def __enter__(self):
+            self.turn.__enter__()
+            taken.append(time.monotonic())
+
+        def __exit__(self, *exc):
+            self.turn.__exit__(*exc)
+
+    monkeypatch.setattr(evaluator_module, "device_window", Noted)
+    source = (PROBLEMS / "elementwise" / "seed.py").read_text()
+    with Evaluator(PROBLEMS / "elementwise" / "reference.py", platform="cpu", shapes={"batch_size": 4, "dim": 100},
+                   lane=TimingLane()) as evaluator:
+        evaluator.profiler = Recording("cpu")
+        child = hold_elsewhere(3.0)  # returns once the other process holds the lock, for 3 s
+        held_at = time.monotonic()
+        record = evaluator.profile(source, runtime_ms=1.0)
+        child.wait(timeout=30)
+    assert record["tool"] == "recording"
+    assert len(taken) == 1 and taken[0] - held_at > 2.5  # on the device only once the other window was over
