@@ -445,3 +445,22 @@ def test_a_profile_on_the_device_waits_for_another_processs_timed_window(tmp_pat
         child.wait(timeout=30)
     assert record["tool"] == "recording"
     assert len(taken) == 1 and taken[0] - held_at > 2.5  # on the device only once the other window was over
+
+
+@pytest.mark.parametrize("program, side", [("softmax", "sm__issue_active"), ("mm", "sm__issue_active"),
+                                           ("mm_bf16", "sm__pipe_tensor_cycles_active")])
+def test_on_an_h100_issue_and_the_tensor_pipe_give_what_sm_throughput_gave(program, side):
+    """Real ncu output on an H100 (tests/fixtures/profilers/ncu_h100): a softmax, an fp32 matmul on the
+    FMA units, a bf16 one on the tensor cores. Without sm__throughput (which cost 9 of the 10 passes),
+    compute_pct is its value, taken from the side named; the class is the same."""
+    text = (NCU_FIXTURES.parent / "ncu_h100" / f"h100_ncu_raw_{program}_compare.csv").read_text()
+    full, parts = parse_ncu_csv(text), parse_ncu_csv(_without(text, "sm__throughput"))
+    assert full.replay_passes == 10 and len(full.launches) == len(parts.launches) == 1
+    sm = full.launches[0].metrics[COMPUTE_PCT].value
+    assert parts.launches[0].metrics[COMPUTE_PCT].value == pytest.approx(sm, abs=0.01)
+    header = _raw_header(f"../ncu_h100/h100_ncu_raw_{program}_compare.csv")
+    row = next(csv.reader(text.splitlines()[2:3]))  # the launch, under the units row
+    assert float(row[header.index(f"{side}.avg.pct_of_peak_sustained_elapsed")]) == pytest.approx(sm, abs=0.01)
+    records = [build_record("ncu", "h100", "NVIDIA H100 80GB HBM3", report.launches, thresholds_for("cuda"))
+               for report in (full, parts)]
+    assert records[0].bottleneck == records[1].bottleneck
