@@ -90,6 +90,8 @@ STATS_FILES = {
     "rocprof_v1/mi210_blog_SYS_trace_results.stats.csv": 1,
     "rocprof_v1/mi250x_laplacian_results.stats.csv": 4,
 }
+# ncu on an H100 asked for the compute side's metrics alone, no time (tests/test_profile_scale.py reads them)
+NCU_H100_FILES = {f"ncu_h100/h100_ncu_raw_{p}_compare.csv" for p in ("softmax", "mm", "mm_bf16")}
 # Not profiler tables: the environment, rocminfo, and rocprof input files (checked separately).
 OTHER_FILES = {"README.md", "ncu_h200/h200_env.txt", "rocprof_v1/mi250x_results.sysinfo.txt",
                "rocprof_v1/mi210_blog_input.txt", "rocprof_v1/mi250x_laplacian_data_movement.txt"}
@@ -110,7 +112,8 @@ def raw_record(name: str = "h200_ncu_raw_metrics.csv", forwards: int = 1) -> Pro
 def test_the_lists_cover_every_fixture_file():
     files = {str(p.relative_to(FIXTURES)) for p in FIXTURES.rglob("*") if p.is_file()
              and not p.name.endswith(".source.txt")}
-    listed = ({f"ncu_h200/{n}" for n in NCU_FILES} | set(DISPATCH_FILES) | set(STATS_FILES) | OTHER_FILES)
+    listed = ({f"ncu_h200/{n}" for n in NCU_FILES} | NCU_H100_FILES | set(DISPATCH_FILES) | set(STATS_FILES)
+              | OTHER_FILES)
     assert files == listed
     for path in files - {"README.md"}:
         assert (FIXTURES / (path + ".source.txt")).is_file(), f"{path} has no .source.txt sidecar"
