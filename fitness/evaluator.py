@@ -79,7 +79,7 @@ class Evaluator:
         self.lane = lane or NoLane()
         if prepared is None:
             platform = get_platform(platform) if isinstance(platform, str) else platform
-            measure_peaks_alone(platform, self.lane.exclusive)  # once per device, then cached
+            measure_peaks_alone(platform, both(self.lane.exclusive, lambda: device_window(platform)))  # once, cached
             with self.lane.shared():  # the references run on the device: never in another's window
                 prepared = PreparedProblem(reference, platform, shapes, max_abs_diff, held_out, settings,
                                            dtype, held_out_rng)

@@ -98,3 +98,31 @@ def test_the_evaluator_times_a_candidate_only_when_no_other_process_times(locks,
     assert result.status is Status.ACCEPTED, result.reason
     assert with_other > 5.8  # its window began only once the other process let go
     assert alone < with_other - 2.0  # what it takes otherwise
+
+
+def test_the_devices_peaks_are_measured_with_no_other_processs_window_beside(locks, monkeypatch):
+    """The peaks (the speed-of-light floor's measured bandwidth and compute) are cached for the device
+    once measured: measured beside another process's timed window they would read low for good."""
+    import fitness.evaluator as evaluator_module
+    from fitness.lane import TimingLane
+    from platforms.cpu import CpuPlatform
+    from platforms.device_lock import _HELD
+
+    lock = DeviceLock("gpu-test")
+    monkeypatch.setattr(CpuPlatform, "device_lock", lambda self: lock)
+    seen: list[tuple[float, int]] = []
+
+    def measure(platform, alone) -> None:  # as fitness.floor.measure_peaks_alone, with nothing cached yet
+        with alone():
+            seen.append((time.monotonic(), _HELD.get(str(lock.path), (None, [None, 0]))[1][1]))
+
+    monkeypatch.setattr(evaluator_module, "measure_peaks_alone", measure)
+    child = hold_elsewhere(2.0)
+    held_at = time.monotonic()
+    softmax = ROOT / "problems" / "softmax"
+    with evaluator_module.Evaluator(softmax / "reference.py", platform="cpu", shapes={"batch_size": 4, "dim": 64},
+                                    lane=TimingLane()):
+        pass
+    child.wait(timeout=10)
+    (at, depth), = seen
+    assert depth == 1 and at - held_at > 1.5  # the device's lock held, once the other process let go
