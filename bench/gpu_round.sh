@@ -262,7 +262,7 @@ for part in ("total", "ahead", "ahead: compile", "wait: memory plan", "worker st
         print(f"median {part}: {statistics.median(seen):.3f} s over {len(seen)} evaluations")
 costs = [json.loads(r).get("cost") or {} for (r,) in db.execute("SELECT record FROM profiles")]
 print("profiles' device s:", [round(c.get("device_s") or 0.0, 2) for c in costs],
-      "tool runs:", [c.get("tool_runs") for c in costs])
+      "tool runs:", [c.get("tool_runs") for c in costs], "replay passes:", [c.get("replay_passes") for c in costs])
 EOF
 }
 
