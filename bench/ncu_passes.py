@@ -3,8 +3,7 @@
 ncu replays a profiled launch once per counter pass, saving and restoring the
 program's device memory around every replay: at real sizes the passes are
 what a profile costs. For each metric of ``platforms.profiling.ncu.NCU_METRICS``
-alone, then for the whole set, and for the set without each one in turn, one
-ncu run over a row softmax (``--rows`` x ``--cols`` fp32, one launch) and one
+alone, then for the whole set, one ncu run over a row softmax (``--rows`` x ``--cols`` fp32, one launch) and one
 JSON line: the passes ncu reports (``profiler__replayer_passes``), the bytes
 it saved and restored, the run's wall time, and each metric's value on the
 profiled launch. ``--set NAME=METRIC,METRIC`` measures named sets instead
