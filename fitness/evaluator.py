@@ -26,7 +26,7 @@ from typing import Any
 from fitness.channel import WorkerChannel
 from fitness.compare import Comparison, compare
 from fitness.floor import measure_peaks_alone
-from fitness.lane import NoLane, TimingLane, both
+from fitness.lane import NoLane, TimingLane, both, device_alone
 from fitness.memory_plan import Variant
 from fitness.prepared import PreparedProblem
 from fitness.probes import Probe
@@ -79,7 +79,7 @@ class Evaluator:
         self.lane = lane or NoLane()
         if prepared is None:
             platform = get_platform(platform) if isinstance(platform, str) else platform
-            measure_peaks_alone(platform, both(self.lane.exclusive, lambda: device_window(platform)))  # once, cached
+            measure_peaks_alone(platform, device_alone(self.lane, platform))  # once per device, then cached
             with self.lane.shared():  # the references run on the device: never in another's window
                 prepared = PreparedProblem(reference, platform, shapes, max_abs_diff, held_out, settings,
                                            dtype, held_out_rng)
@@ -360,7 +360,7 @@ class Evaluator:
         ``runtime_ms`` (the evaluator's median) and says why in its ``reason``. ``room()``, where given,
         is entered before the lane while the profiled program is on the device (an actor's admission).
         ``ProblemError``: the problem's ``FLOPS`` is unusable."""
-        alone = both(self.lane.exclusive, lambda: device_window(self.platform))
+        alone = device_alone(self.lane, self.platform)
         record = profile_candidate(self.profiler, self.prepared.reference_path, self.prepared.shapes, source,
                                    self.platform.name, getattr(self.platform, "index", 0),
                                    self.settings.profile_timeout_s, runtime_ms=runtime_ms,

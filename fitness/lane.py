@@ -163,6 +163,15 @@ def both(first: Callable[[], contextlib.AbstractContextManager],
     return entered
 
 
+def device_alone(lane: "TimingLane | NoLane", platform: Any) -> Callable[[], contextlib.AbstractContextManager]:
+    """A factory for holding the device alone outside a timed window (a profile, the peaks): ``lane``
+    held exclusively, then ``platform``'s lock between processes (``platforms.device_lock``), in the
+    order every timed window takes them."""
+    from platforms.device_lock import window
+
+    return both(lane.exclusive, lambda: window(platform))
+
+
 class NoLane:
     """The lane of an evaluator alone on its device: nothing to wait for."""
 

@@ -412,7 +412,7 @@ def test_a_profile_on_the_device_waits_for_another_processs_timed_window(tmp_pat
     """The profiled program replays the candidate's kernels on the device: another kevo process's timed
     window must not run meanwhile, so the profile takes the device's lock between processes too
     (platforms.device_lock), after the lane, as a timed window does."""
-    import fitness.evaluator as evaluator_module
+    import platforms.device_lock as device_lock_module
     from fitness import Evaluator
     from platforms.cpu import CpuPlatform
     from platforms.device_lock import LOCK_DIR_ENV, DeviceLock
@@ -421,7 +421,7 @@ def test_a_profile_on_the_device_waits_for_another_processs_timed_window(tmp_pat
     monkeypatch.setenv(LOCK_DIR_ENV, str(tmp_path / "locks"))
     monkeypatch.setattr(CpuPlatform, "device_lock", lambda self: DeviceLock("gpu-test"))
     taken: list[float] = []
-    real = evaluator_module.device_window
+    real = device_lock_module.window
 
     class Noted:  # the device's lock, noting when it was taken
         def __init__(self, platform):
@@ -434,11 +434,12 @@ def test_a_profile_on_the_device_waits_for_another_processs_timed_window(tmp_pat
         def __exit__(self, *exc):
             self.turn.__exit__(*exc)
 
-    monkeypatch.setattr(evaluator_module, "device_window", Noted)
+    monkeypatch.setattr(device_lock_module, "window", Noted)
     source = (PROBLEMS / "elementwise" / "seed.py").read_text()
     with Evaluator(PROBLEMS / "elementwise" / "reference.py", platform="cpu", shapes={"batch_size": 4, "dim": 100},
                    lane=TimingLane()) as evaluator:
         evaluator.profiler = Recording("cpu")
+        taken.clear()  # the device's peaks, where this machine has none cached yet
         child = hold_elsewhere(3.0)  # returns once the other process holds the lock, for 3 s
         held_at = time.monotonic()
         record = evaluator.profile(source, runtime_ms=1.0)
