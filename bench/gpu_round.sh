@@ -13,6 +13,8 @@
 #                                                  # RS_PROFILE_SHARE; RS_AHEAD=false: no compiling ahead; RS_NAME: the run dir's name)
 #   bash bench/gpu_round.sh stream-budget          # the cold stream with each compile cut at 8 s (STREAM_COMPILE_S)
 #   bash bench/gpu_round.sh breakdown              # where an evaluation's time goes, at real size (REAL_ONLY=1: only) and cold
+#   bash bench/gpu_round.sh check-parts            # each part of a checked run alone at 23_Softmax's own shapes; the
+#                                                  # real-size breakdown under nsys's CUDA API trace, where nsys is
 #   bash bench/gpu_round.sh spy-stream spy-real    # the same, sampled by py-spy: where every process's threads wait
 #   bash bench/gpu_round.sh compile-scaling        # Triton's compiles in 1, 4 and 12 processes at once
 #   bash bench/gpu_round.sh trace-cost             # the device trace's own cost a window, small and real size
@@ -278,6 +280,28 @@ EOF
     [[ -n ${REAL_ONLY:-} ]] && return
     TRITON_CACHE_DIR=$(mktemp -d) timeout "$(left)" python3 bench/eval_breakdown.py --config configs/softmax.yaml \
         --shape batch_size=4096 --shape dim=8192 --repeats 6 --out "$OUT/breakdown_stream.json"
+}
+
+sec_check_parts() {  # each part of a checked run alone at 23_Softmax's own shapes, then the breakdown's CUDA API calls
+    timeout "$(left)" python3 bench/check_parts.py "$L1/${CP_PROBLEM:-23_Softmax}.py" --out "$OUT/check_parts.json"
+    cat > "$OUT/check_parts.yaml" <<EOF
+problem: {reference: $L1/${CP_PROBLEM:-23_Softmax}.py, seeds: [$PWD/problems/softmax/seed.py]}
+operators:
+  space: {softmax_kernel.BLOCK_SIZE: [2048, 4096, 8192, 16384], softmax_kernel.num_warps: [4, 8, 16]}
+platform: cuda
+EOF
+    local tracer=()
+    if command -v nsys > /dev/null; then
+        tracer=(nsys profile --trace=cuda --sample=none --cpuctxsw=none --force-overwrite true -o "$OUT/check_parts")
+    else
+        echo "nsys is not installed: the breakdown runs without a CUDA API trace"
+    fi
+    timeout "$(left)" "${tracer[@]}" python3 bench/eval_breakdown.py --config "$OUT/check_parts.yaml" --repeats 3 \
+        --out "$OUT/check_parts_breakdown.json"
+    (( ${#tracer[@]} )) || return
+    timeout 120 nsys stats --report cuda_api_sum --format csv --output "$OUT/check_parts" \
+        "$OUT/check_parts.nsys-rep" > /dev/null
+    rm -f "$OUT/check_parts.nsys-rep" "$OUT/check_parts.sqlite"
 }
 
 spy() {  # name, then a command: run it under py-spy (every process under it, waiting threads too), then summarise
