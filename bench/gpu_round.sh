@@ -10,7 +10,7 @@
 #   bash bench/gpu_round.sh seeds sol-sweep        # kevo seed + verify at own shapes (SEED_PROBLEMS: those only); a sweep that stops at SOL
 #   bash bench/gpu_round.sh fixtures               # Inductor's GPU output under each configuration; seed --all
 #   bash bench/gpu_round.sh stream real-size       # a 48-variant cold stream; 23_Softmax at its own shapes (RS_PROBLEM, RS_SLOTS, RS_COMPILE_S,
-#                                                  # RS_PROFILE_SHARE; RS_AHEAD=false: no compiling ahead; RS_NAME: the run dir's name)
+#                                                  # RS_PROFILE_SHARE, RS_PROFILER=off; RS_AHEAD=false: no compiling ahead; RS_NAME: the run dir's name)
 #   bash bench/gpu_round.sh stream-budget          # the cold stream with each compile cut at 8 s (STREAM_COMPILE_S)
 #   bash bench/gpu_round.sh breakdown              # where an evaluation's time goes, at real size (REAL_ONLY=1: only) and cold
 #   bash bench/gpu_round.sh check-parts            # each part of a checked run alone at 23_Softmax's own shapes; the
@@ -241,6 +241,7 @@ cluster: {slots: ${RS_SLOTS:-null}}
 EOF
     echo "fitness: {compile_timeout_s: ${RS_COMPILE_S:-60}, compile_ahead: ${RS_AHEAD:-true}}" >> "$OUT/softmax.yaml"
     [[ -n ${RS_PROFILE_SHARE:-} ]] && echo "profiler: {max_device_share: $RS_PROFILE_SHARE}" >> "$OUT/softmax.yaml"
+    [[ ${RS_PROFILER:-} == off ]] && echo "profiler: {enabled: false}" >> "$OUT/softmax.yaml"
     local t0=$(date +%s) run=$OUT/${RS_NAME:-softmax}  # RS_NAME: another run dir, for a second run in one call
     cp "$OUT/softmax.yaml" "$run.yaml"
     timeout "$(left)" python3 -m evolve.cli run "$run.yaml" --run-dir "$run"
@@ -265,6 +266,21 @@ for part in ("total", "ahead", "ahead: compile", "wait: memory plan", "worker st
 costs = [json.loads(r).get("cost") or {} for (r,) in db.execute("SELECT record FROM profiles")]
 print("profiles' device s:", [round(c.get("device_s") or 0.0, 2) for c in costs],
       "tool runs:", [c.get("tool_runs") for c in costs], "replay passes:", [c.get("replay_passes") for c in costs])
+# when each evaluation held its place under the memory plan, and each profile run the device: how many at once
+spans = sorted(json.loads(r).get("admitted_s") or [] for (r,) in db.execute("SELECT result FROM individuals WHERE result IS NOT NULL"))
+spans = [s for s in spans if s]
+turns = sorted(t for c in costs for t in c.get("device_turns") or [])
+if spans:
+    t0 = spans[0][0]
+    edges = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans])
+    held = at = 0.0; last = edges[0][0]; n = 0; most = 0
+    for t, d in edges:
+        held += n * (t - last); last = t; n += d; most = max(most, n)
+    print(f"admitted: {held / (edges[-1][0] - edges[0][0]):.2f} evaluations at once on average, {most} at most, "
+          f"over {edges[-1][0] - edges[0][0]:.1f} s")
+    print("admitted spans (s from the first):", [(round(a - t0, 2), round(b - t0, 2)) for a, b in spans])
+    print("profile turns (asked, let on, done; s from the first admission):",
+          [tuple(round(x - t0, 2) for x in t) for t in turns])
 EOF
 }
 

@@ -231,7 +231,8 @@ def _unstarved(record: ProfileRecord, target: ProfileShape, units: int | None, p
 def _accounted(record: ProfileRecord, target: ProfileShape, session: "_Session", shapes: dict[str, int],
                seconds: float) -> ProfileRecord:
     """``record`` with the shape it was taken at and what taking it cost."""
-    record.cost.update(seconds=seconds, device_s=session.device_s, tool_runs=session.tool_runs)
+    record.cost.update(seconds=seconds, device_s=session.device_s, tool_runs=session.tool_runs,
+                       device_turns=[[round(t, 3) for t in turn] for turn in session.turns])
     if not record.measured:  # the roofline, at the problem's own shapes
         record.shapes = shapes
         return record
@@ -263,6 +264,7 @@ class _Session:
         platform = get_platform(platform_name, device_index)
         self.env = worker_environment(dict(os.environ), dict(platform.worker_env))
         self.device_s = 0.0
+        self.turns: list[list[float]] = []  # when each run asked for the device, was let on, was done
         self.tool_runs = 0
 
     def profile(self, target: ProfileShape) -> ProfileRecord:
@@ -278,6 +280,7 @@ class _Session:
                 record = self.profiler.profile(command, self.env, kernel_filter(self.source), self.timeout_s,
                                                self.workload)
             self.device_s += keeper.device_s
+            self.turns += keeper.turns
         self.tool_runs += int(record.cost.get("tool_runs", 0))
         return record
 
@@ -289,6 +292,7 @@ class _Gatekeeper:
     def __init__(self, folder: Path, exclusive: Exclusive, poll_s: float = 0.005) -> None:
         self.folder, self.exclusive, self.poll_s = folder, exclusive, poll_s
         self.device_s = 0.0
+        self.turns: list[list[float]] = []  # each run's [asked, let on, done], epoch seconds
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="kevo-profile-gate", daemon=True)
 
@@ -308,13 +312,15 @@ class _Gatekeeper:
                 continue
             pid = int(ready.suffix[1:])
             ready.unlink()
+            asked = time.time()
             with self.exclusive():
-                started = time.monotonic()
+                started, given = time.monotonic(), time.time()
                 Path(self.folder, f"go.{pid}").touch()
                 done = Path(self.folder, f"done.{pid}")
                 while not done.exists() and process_alive(pid) and not self._stop.is_set():
                     self._stop.wait(self.poll_s)
                 self.device_s += time.monotonic() - started
+            self.turns.append([asked, given, time.time()])
 
 
 class ProfileCache:

@@ -72,6 +72,9 @@ class EvalResult:
     # where the evaluation's wall time went, in seconds (fitness.evaluator: the worker's steps, the
     # reference's outputs, the comparisons, the waits for the timing lane and the device's lock)
     walls_s: dict[str, float] | None = None
+    # when the evaluation held its place under the memory plan: [admitted, released], epoch seconds
+    # (evolve.dispatch.actor), so that a run's record shows how many evaluated at once, and when
+    admitted_s: list[float] | None = None
 
     @property
     def accepted(self) -> bool:

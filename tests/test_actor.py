@@ -51,6 +51,10 @@ def test_the_wait_for_the_memory_plan_s_room_is_in_the_verdict_and_its_limit_in_
         first, second = sorted(results, key=lambda r: r.walls_s["wait: memory plan"])
         assert first.walls_s["wait: memory plan"] < 0.5 * first.walls_s["total"]
         assert second.walls_s["wait: memory plan"] >= 0.5 * first.walls_s["total"]  # it waited for the first
+        # each verdict says when it held its place: the second's began once the first's ended
+        assert first.admitted_s[0] < first.admitted_s[1] <= second.admitted_s[0] < second.admitted_s[1]
+        assert second.admitted_s[1] - second.admitted_s[0] >= second.walls_s["total"]
+        assert all(r.walls_s["wait: an evaluator"] <= r.walls_s["wait: memory plan"] for r in results)
     finally:
         actor.close()
 

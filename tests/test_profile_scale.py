@@ -217,9 +217,10 @@ def test_the_profiled_program_holds_the_lane_only_while_it_uses_the_device(tmp_p
 
     class Watched:  # the lane's exclusive(), noting what the gated program has done when it is taken and left
         def __enter__(self):
+            self.gate = Path(profiler.command[profiler.command.index("--gate") + 1])
+            seen.append(("ask", sorted(p.name.split(".")[0] for p in self.gate.iterdir())))
             self.held = lane.exclusive()
             self.held.__enter__()
-            self.gate = Path(profiler.command[profiler.command.index("--gate") + 1])
             seen.append(("enter", sorted(p.name.split(".")[0] for p in self.gate.iterdir())))
 
         def __exit__(self, *exc):
@@ -235,19 +236,21 @@ def test_the_profiled_program_holds_the_lane_only_while_it_uses_the_device(tmp_p
         120.0, runtime_ms=1.0, exclusive=Watched)))
     thread.start()
     deadline = time.monotonic() + 60
-    while not any(Path(d).glob("ready.*") for d in _gates(profiler)) and time.monotonic() < deadline:
+    while not seen and time.monotonic() < deadline:
         time.sleep(0.02)  # the program starts (Python, torch, the candidate) with no lane held
     time.sleep(0.3)
-    assert seen == [] and thread.is_alive()  # ready, and waiting for the timing to end
+    assert seen == [("ask", [])] and thread.is_alive()  # ready, and waiting for the timing to end
     timing.__exit__(None, None, None)
     thread.join(60)
     (record,) = results
-    assert seen == [("enter", []), ("exit", ["done", "go"])]  # let on with the lane held; done inside it
+    assert seen[1:] == [("enter", []), ("exit", ["done", "go"])]  # let on with the lane held; done inside it
     assert lane.stats()["timings"] == 2  # the timing and the profile
     assert "--gate" in profiler.command and profiler.command[profiler.command.index("--runs") + 1] == "1"
     assert record.shapes == {"batch_size": 4, "dim": 100} and record.scale == ""
     cost = record.cost
     assert 0 < cost["device_s"] < cost["seconds"] and cost["tool_runs"] == 1
+    (turn,) = cost["device_turns"]  # asked for the device, let on after the timing, done
+    assert turn[0] + 0.3 <= turn[1] <= turn[2] and turn[2] - turn[1] <= cost["device_s"] + 0.01
 
 
 def _gates(profiler) -> list[str]:

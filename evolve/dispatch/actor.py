@@ -137,7 +137,7 @@ class EvaluatorActor:
                 self._give_back(spec, self._taken(spec))
             asked = time.monotonic()
             with self._holding(spec) as ahead:
-                waited = time.monotonic() - asked
+                held = time.monotonic() - asked
                 if ahead:  # the kernels compiled before the evaluation holds memory (fitness.ahead)
                     evaluator = self._taken(spec)
                     verdict = compile_ahead(evaluator, source)
@@ -145,11 +145,13 @@ class EvaluatorActor:
                         return os.getpid(), verdict
                 asked = time.monotonic()
                 with self._admitted(spec) as admission:
-                    waited += time.monotonic() - asked
+                    waited, admitted = time.monotonic() - asked, time.time()
                     evaluator = evaluator or self._taken(spec)
                     result = evaluator.evaluate(source)
-                # the wait for room under the memory plan's limit (before the evaluator's own clock starts)
-                result.walls_s = {**(result.walls_s or {}), "wait: memory plan": waited}
+                result.admitted_s = [admitted, time.time()]
+                # the waits before the evaluator's clock starts: for one of the problem's evaluators, then for room
+                result.walls_s = {**(result.walls_s or {}), "wait: memory plan": held + waited,
+                                  "wait: an evaluator": held}
                 if result.status is Status.OUT_OF_MEMORY:
                     result = self._out_of_memory(spec, evaluator, source, admission, result)
                 else:
