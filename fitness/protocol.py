@@ -226,6 +226,11 @@ class Warm(Step):
     init_seed: int = field(integer)
     dtype: str | None = field(optional(text), default=None)
 
+    @property
+    def lend(self) -> bool:
+        """Always: the worker tells each compile (``fitness.loan``), so that ``compile_timeout_s`` bounds it."""
+        return True
+
     def interims(self) -> tuple[type, ...]:
         return (Compiling, Compiled)
 

@@ -284,7 +284,7 @@ class Harness:
         step = read_step(message)
         self.shipped = []  # the evaluator has its copies of what was shipped last
         threads_before = self.threads_started
-        self.loan.start_step(getattr(step, "lend", False))  # a load or a call may lend the lane out
+        self.loan.start_step(getattr(step, "lend", False))  # a load or a call may lend the lane out, a warm step does
         self.compile_s = 0.0
         self.guard.violations.clear()
         if self.bounds is not None:

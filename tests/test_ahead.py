@@ -141,7 +141,7 @@ class _Compiling(_Crowded):
     def __init__(self, state: dict) -> None:
         super().__init__(state)
         platform = type("_Gpu", (), {"free_memory": staticmethod(lambda: 10 << 30), "compiles_ahead": True,
-                                     "process_overhead_bytes": 1 << 30})()
+                                     "process_overhead_bytes": 3 << 29})()  # 1.5 GB
         self.prepared = type("_OneFits", (_Prepared,), {"slots_that_fit": lambda self, wanted: 1,
                                                         "footprint": lambda self: 8 << 30, "platform": platform})()
         state["built"].append(self)
@@ -278,3 +278,49 @@ def test_an_actor_prepares_the_workers_that_compile_ahead_too(monkeypatch):
     actor, spec = EvaluatorActor(slots=6), EvaluatorSpec("r.py")
     info = actor.prepare(spec)
     assert info["at_once"] == 1 and info["ahead"] == 1 and len(started) == 2 == len(state["built"])
+
+
+def test_a_warm_step_s_compiles_are_under_the_compile_budget():
+    """The worker lends (and so tells each compile, ``fitness.loan``) in the steps whose ``lend`` is set:
+    a warm step always, so a kernel compiling past ``compile_timeout_s`` there is a timeout, as in the
+    evaluation (on an H100 a warm step's compile ran 41.6 s under an 8 s budget before)."""
+    import collections
+    import types
+
+    import pytest
+
+    from fitness.channel import WorkerChannel
+    from fitness.lane import NoLane
+    from fitness.protocol import Compiling, Load, Warm
+    from fitness.sandbox import WorkerGone
+    from fitness.settings import EvalSettings
+
+    step = Warm("src", "/p.py", [{"dim": 4}], 7)
+    assert getattr(step, "lend", False) is True and getattr(Load("src", "/p.py", {}, 7), "lend", False) is False
+    assert "lend" not in step.to_wire()  # not on the wire: a warm step always lends
+
+    class SlowCompiler:  # says it compiles, then answers nothing within any limit
+        waits: list = []
+
+        def alive(self):
+            return True
+
+        def send(self, message):
+            return "n1"
+
+        def answer(self, nonce, timeout):
+            self.waits.append(timeout)
+            if len(self.waits) == 1:
+                return {**Compiling().to_wire(), "nonce": nonce}, []
+            raise WorkerGone("timeout", f"no answer within {timeout:g} s; the worker was killed")
+
+        def stop(self):
+            pass
+
+    channel = WorkerChannel(types.SimpleNamespace(synchronize=lambda: None, name="cuda"),
+                            EvalSettings(timeout_s=300.0, compile_timeout_s=8.0), collections.Counter())
+    worker = channel.worker = SlowCompiler()
+    with NoLane().shared() as hold, pytest.raises(WorkerGone) as gone:
+        channel.step(step, interim=channel.lending(hold))
+    assert worker.waits == [300.0, 8.0] and gone.value.status == "timeout"
+    assert "compiling one kernel took more than 8 s" in gone.value.reason

@@ -38,17 +38,19 @@ def workers_beside(platform: Any, room: int, fit: int, slots: int, need: int, on
     """How many evaluations beyond the memory plan's ``fit`` at once may hold an evaluator (its worker
     started, its context and flush buffer: ``process_overhead_bytes``) to compile the candidate's
     kernels ahead (``fitness.ahead``): as many as the ``room`` the plan saw holds beside ``fit``
-    evaluations of ``need`` bytes, at most ``fit`` and the slots left. None where memory does not bind
+    evaluations of ``need`` bytes, up to the slots left (so that a few candidates slow to compile do not
+    keep the others from the plan's places: on an H100, 2 of them held 2 of 4 evaluators for 10-40 s and
+    the plan's 2 places were 0.72 full). None where memory does not bind
     (every slot fits), the platform compiles nothing ahead (the CPU's interpreter compiles nothing), or
     where it is not ``on`` (``fitness.compile_ahead: false``).
 
     >>> from types import SimpleNamespace as P
     >>> gpu = P(compiles_ahead=True, process_overhead_bytes=1)
-    >>> workers_beside(gpu, room=80, fit=2, slots=6, need=37)  # 6 left beside two: two more
-    2
+    >>> workers_beside(gpu, room=80, fit=2, slots=6, need=37)  # 6 left beside two: the four slots left
+    4
     >>> workers_beside(gpu, room=75, fit=2, slots=6, need=37), workers_beside(gpu, 80, 6, 6, 10)
     (1, 0)
     """
     if not on or fit >= slots or not getattr(platform, "compiles_ahead", False) or platform.process_overhead_bytes <= 0:
         return 0
-    return max(0, min(fit, slots - fit, (room - fit * need) // platform.process_overhead_bytes))
+    return max(0, min(slots - fit, (room - fit * need) // platform.process_overhead_bytes))
