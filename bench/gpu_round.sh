@@ -10,7 +10,7 @@
 #   bash bench/gpu_round.sh seeds sol-sweep        # kevo seed + verify at own shapes (SEED_PROBLEMS: those only); a sweep that stops at SOL
 #   bash bench/gpu_round.sh fixtures               # Inductor's GPU output under each configuration; seed --all
 #   bash bench/gpu_round.sh stream real-size       # a 48-variant cold stream; 23_Softmax at its own shapes (RS_PROBLEM, RS_SLOTS, RS_COMPILE_S,
-#                                                  # RS_PROFILE_SHARE, RS_PROFILER=off; RS_AHEAD=false: no compiling ahead; RS_NAME: the run dir's name)
+#                                                  # RS_PROFILE_SHARE, RS_PROFILER=off, RS_EVALS (24); RS_AHEAD=false: no compiling ahead; RS_NAME: the run dir)
 #   bash bench/gpu_round.sh stream-budget          # the cold stream with each compile cut at 8 s (STREAM_COMPILE_S)
 #   bash bench/gpu_round.sh breakdown              # where an evaluation's time goes, at real size (REAL_ONLY=1: only) and cold
 #   bash bench/gpu_round.sh check-parts            # each part of a checked run alone at 23_Softmax's own shapes; the
@@ -234,7 +234,7 @@ sec_real_size() {  # a row reduction at its own shapes (RS_PROBLEM, default 23_S
     # the KernelBench copy here has no 24_LogSoftmax), profiler on: evaluations/s of kevo run
     cat > "$OUT/softmax.yaml" <<EOF
 problem: {reference: $L1/${RS_PROBLEM:-23_Softmax}.py, seeds: compile}
-search: {population_size: 4, max_evaluations: 24, seed: 0}
+search: {population_size: 4, max_evaluations: ${RS_EVALS:-24}, seed: 0}
 operators: {weights: {parametric_mutation: 0.7, parametric_crossover: 0.3}}
 platform: cuda
 cluster: {slots: ${RS_SLOTS:-null}}
