@@ -38,8 +38,30 @@ def evaluation_time(individuals: list[Individual]) -> dict[str, Any] | None:
     # evaluations in flight on average over that span: their seconds (waits for memory too) over its length
     evaluating = sum(w.get("total", 0.0) for w in walls)
     busy = evaluating + sum(w.get("wait: memory plan", 0.0) for w in walls)
-    return {"evaluations": len(walls), "median_s": median, "pace_per_s": pace,
-            "in_flight": busy / span if span > 0 else None, "evaluating": evaluating / span if span > 0 else None}
+    figures = {"evaluations": len(walls), "median_s": median, "pace_per_s": pace,
+               "in_flight": busy / span if span > 0 else None, "evaluating": evaluating / span if span > 0 else None}
+    admitted = at_once([i.result.get("admitted_s") for i in finished])
+    if admitted is not None:  # each verdict's place under the memory plan, where verdicts say when
+        figures["admitted"], figures["admitted_most"] = admitted
+    return figures
+
+
+def at_once(spans: list) -> tuple[float, int] | None:
+    """(the evaluations holding a place on average, the most at once) from [admitted, released] spans,
+    from the first admission to the last release; None without two spans that say when.
+
+    >>> at_once([[0.0, 2.0], [1.0, 3.0], [3.0, 4.0], None])
+    (1.25, 2)
+    """
+    edges = sorted((t, step) for s in spans if isinstance(s, list) and len(s) == 2 for t, step in zip(s, (1, -1)))
+    if len(edges) < 4 or edges[-1][0] <= edges[0][0]:
+        return None
+    held, now, last, most = 0.0, 0, edges[0][0], 0
+    for t, step in edges:
+        held += now * (t - last)
+        now, last = now + step, t
+        most = max(most, now)
+    return held / (edges[-1][0] - edges[0][0]), most
 
 
 def median_parts(walls: list[dict[str, float]]) -> dict[str, float]:
@@ -69,6 +91,9 @@ def time_line(figures: dict[str, Any] | None) -> str:
         line += f"; {figures['pace_per_s']:.2f} results/s from the first to the last"
     if figures.get("in_flight"):
         line += f", {figures['in_flight']:.1f} in flight on average"
-        if figures.get("evaluating") is not None and figures["evaluating"] < figures["in_flight"] - 0.05:
+        if figures.get("admitted") is not None:
+            line += (f" ({figures['admitted']:.1f} holding a place under the memory plan, "
+                     f"{figures['admitted_most']} at most)")
+        elif figures.get("evaluating") is not None and figures["evaluating"] < figures["in_flight"] - 0.05:
             line += f" ({figures['evaluating']:.1f} evaluating, the rest waiting for the memory plan)"
     return line

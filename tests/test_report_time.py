@@ -73,3 +73,14 @@ def test_the_wait_for_the_memory_plan_counts_as_in_flight_and_as_a_part():
 def test_a_store_from_before_says_nothing_rather_than_zeros():
     old = [_individual(1, None, 100.0), _individual(2, None, 101.0)]
     assert evaluation_time(old) is None and time_line(None) == ""
+
+
+def test_where_verdicts_say_when_they_held_their_place_the_report_counts_them_at_once():
+    """The walls give an estimate of how many evaluated at once; the verdicts' ``admitted_s`` give the
+    count itself: here one at a time for 2 s, then two for 1 s, then one for 1 s."""
+    run = [_individual(n, {"total": 1.0}, finished) for n, finished in ((1, 102.0), (2, 103.0), (3, 104.0))]
+    for individual, span in zip(run, ([100.0, 102.0], [101.0, 103.0], [103.0, 104.0])):
+        individual.result["admitted_s"] = span
+    figures = evaluation_time(run)
+    assert figures["admitted"] == pytest.approx(5.0 / 4.0) and figures["admitted_most"] == 2
+    assert "(1.2 holding a place under the memory plan, 2 at most)" in time_line(figures)
