@@ -291,31 +291,14 @@ def test_a_warm_step_s_compiles_are_under_the_compile_budget():
 
     from fitness.channel import WorkerChannel
     from fitness.lane import NoLane
-    from fitness.protocol import Compiling, Load, Warm
+    from fitness.protocol import Load, Warm
     from fitness.sandbox import WorkerGone
     from fitness.settings import EvalSettings
+    from tests.test_lane import SlowCompiler
 
     step = Warm("src", "/p.py", [{"dim": 4}], 7)
     assert getattr(step, "lend", False) is True and getattr(Load("src", "/p.py", {}, 7), "lend", False) is False
     assert "lend" not in step.to_wire()  # not on the wire: a warm step always lends
-
-    class SlowCompiler:  # says it compiles, then answers nothing within any limit
-        waits: list = []
-
-        def alive(self):
-            return True
-
-        def send(self, message):
-            return "n1"
-
-        def answer(self, nonce, timeout):
-            self.waits.append(timeout)
-            if len(self.waits) == 1:
-                return {**Compiling().to_wire(), "nonce": nonce}, []
-            raise WorkerGone("timeout", f"no answer within {timeout:g} s; the worker was killed")
-
-        def stop(self):
-            pass
 
     channel = WorkerChannel(types.SimpleNamespace(synchronize=lambda: None, name="cuda"),
                             EvalSettings(timeout_s=300.0, compile_timeout_s=8.0), collections.Counter())

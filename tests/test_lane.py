@@ -375,6 +375,32 @@ def test_the_devices_peaks_are_measured_alone_on_it_once(monkeypatch, tmp_path):
     assert lane.timings == 1  # one exclusive hold: the measurement's (the second evaluator took none)
 
 
+class SlowCompiler:
+    """A worker that says it compiles, then answers nothing within any limit."""
+
+    def __init__(self):
+        self.waits, self.sent = [], []
+
+    def alive(self):
+        return True
+
+    def send(self, message):
+        self.sent.append(message)
+        return "n1"
+
+    def answer(self, nonce, timeout):
+        from fitness.protocol import Compiling
+        from fitness.sandbox import WorkerGone
+
+        self.waits.append(timeout)
+        if len(self.waits) == 1:
+            return {**Compiling().to_wire(), "nonce": nonce}, []
+        raise WorkerGone("timeout", f"no answer within {timeout:g} s; the worker was killed")
+
+    def stop(self):
+        pass
+
+
 def test_a_kernel_that_compiles_past_its_budget_is_a_timeout_and_the_step_limit_stays_for_the_rest():
     """fitness.compile_timeout_s: once the worker says it compiles, the evaluator waits that long
     for it, not the step's whole timeout_s, and says what ran over."""
@@ -387,28 +413,6 @@ def test_a_kernel_that_compiles_past_its_budget_is_a_timeout_and_the_step_limit_
     from fitness.protocol import Call, Compiling
     from fitness.sandbox import WorkerGone
     from fitness.settings import EvalSettings
-
-    class SlowCompiler:
-        """A worker that says it compiles, then answers nothing within any limit."""
-
-        def __init__(self):
-            self.waits, self.sent = [], []
-
-        def alive(self):
-            return True
-
-        def send(self, message):
-            self.sent.append(message)
-            return "n1"
-
-        def answer(self, nonce, timeout):
-            self.waits.append(timeout)
-            if len(self.waits) == 1:
-                return {**Compiling().to_wire(), "nonce": nonce}, []
-            raise WorkerGone("timeout", f"no answer within {timeout:g} s; the worker was killed")
-
-        def stop(self):
-            pass
 
     settings = EvalSettings(timeout_s=300.0, compile_timeout_s=7.0)
     channel = WorkerChannel(types.SimpleNamespace(synchronize=lambda: None, name="cpu"), settings,
