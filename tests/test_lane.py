@@ -410,7 +410,7 @@ def test_a_kernel_that_compiles_past_its_budget_is_a_timeout_and_the_step_limit_
     import pytest
 
     from fitness.channel import WorkerChannel
-    from fitness.protocol import Call, Compiling
+    from fitness.protocol import Call
     from fitness.sandbox import WorkerGone
     from fitness.settings import EvalSettings
 
