@@ -13,6 +13,7 @@
 #                                                  # RS_PROFILE_SHARE, RS_PROFILER=off, RS_EVALS (24); RS_AHEAD=false: no compiling ahead; RS_NAME: the run dir)
 #   bash bench/gpu_round.sh stream-budget          # the cold stream with each compile cut at 8 s (STREAM_COMPILE_S)
 #   bash bench/gpu_round.sh breakdown              # where an evaluation's time goes, at real size (REAL_ONLY=1: only) and cold
+#   (every section: the device's busy share sampled by nvidia-smi, summarised in round.log: bench/util_summary.py)
 #   bash bench/gpu_round.sh check-parts            # each part of a checked run alone at 23_Softmax's own shapes; the
 #                                                  # real-size breakdown under nsys's CUDA API trace, where nsys is
 #   bash bench/gpu_round.sh spy-stream spy-real    # the same, sampled by py-spy: where every process's threads wait
@@ -87,11 +88,18 @@ section() {  # name: runs the section, logs its time and exit code
     # while it runs, what holds the device every ${SAMPLE_S:-20} s (a section that stalls shows what held it)
     ( while sleep "${SAMPLE_S:-20}"; do echo "-- $name +$(( $(date +%s) - t0 )) s"; device_use; done \
         >> "$OUT/$name.device.log" 2>&1 ) &
-    local sampler=$!
+    local sampler=$! util=
+    # the device's busy share (a kernel running) and its memory traffic's, every ${UTIL_MS:-250} ms
+    if command -v nvidia-smi > /dev/null; then
+        nvidia-smi --query-gpu=timestamp,utilization.gpu,utilization.memory,memory.used --format=csv,noheader,nounits \
+            -lms "${UTIL_MS:-250}" > "$OUT/$name.util.csv" 2> /dev/null &
+        util=$!
+    fi
     "sec_${name//-/_}" > "$OUT/$name.log" 2>&1
     rc=$?
-    kill "$sampler" 2> /dev/null
-    wait "$sampler" 2> /dev/null
+    kill "$sampler" $util 2> /dev/null
+    wait "$sampler" $util 2> /dev/null
+    [[ -n $util ]] && python3 bench/util_summary.py "$OUT/$name.util.csv" >> "$OUT/round.log" 2>&1
     echo "== $name rc=$rc in $(( $(date +%s) - t0 )) s" >> "$OUT/round.log"
     device_use >> "$OUT/round.log"
     pack
