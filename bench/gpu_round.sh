@@ -266,7 +266,7 @@ print("profiles", db.execute("SELECT count(*) FROM profiles").fetchone()[0])
 import json, statistics
 walls = [json.loads(r)["walls_s"] for (r,) in db.execute("SELECT result FROM individuals WHERE result IS NOT NULL")]
 walls = [w for w in walls if w and "window" in w]
-for part in ("total", "ahead", "ahead: compile", "wait: memory plan", "worker start", "wait: lane", "step call", "compile", "reference outputs", "compare", "window",
+for part in ("total", "ahead", "ahead: compile", "wait: memory plan", "wait: an evaluator", "worker start", "wait: lane", "step call", "compile", "reference outputs", "compare", "window",
              "time: warm-up", "time: hand-over", "time: prepare", "time: input check"):
     seen = [w[part] for w in walls if part in w]
     if seen:
