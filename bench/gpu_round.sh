@@ -13,9 +13,8 @@
 #                                                  # RS_PROFILE_SHARE, RS_PROFILER=off, RS_EVALS (24); RS_AHEAD=false: no compiling ahead; RS_NAME: the run dir)
 #   bash bench/gpu_round.sh stream-budget          # the cold stream with each compile cut at 8 s (STREAM_COMPILE_S)
 #   bash bench/gpu_round.sh breakdown              # where an evaluation's time goes, at real size (REAL_ONLY=1: only) and cold
-#   (every section: the device's busy share sampled by nvidia-smi, summarised in round.log: bench/util_summary.py)
 #   bash bench/gpu_round.sh check-parts            # each part of a checked run alone at 23_Softmax's own shapes; the
-#                                                  # real-size breakdown under nsys's CUDA API trace, where nsys is
+#                                                  # real-size breakdown under nsys's CUDA API trace, where nsys is installed
 #   bash bench/gpu_round.sh spy-stream spy-real    # the same, sampled by py-spy: where every process's threads wait
 #   bash bench/gpu_round.sh compile-scaling        # Triton's compiles in 1, 4 and 12 processes at once
 #   bash bench/gpu_round.sh trace-cost             # the device trace's own cost a window, small and real size
@@ -31,6 +30,7 @@
 #                                                  # L1_PROBLEMS="31 34-100": those only; L1_DIR=runs/NAME: another run dir;
 #                                                  # L1_SIDE: runs side by side, default 4; L1_WALL: a run's wall limit, default 90 s)
 #
+# Every section's device busy share is sampled by nvidia-smi and summarised in round.log (bench/util_summary.py).
 # SECTION_S (default 540) bounds each section; ROUND_S (default 580) the whole call. PACK=FILE.tgz
 # packs $OUT into one archive after every section (a device call brings back only a few files;
 # with OUT outside the folder it brings back and PACK inside it, a call cut short keeps the archive):
@@ -278,14 +278,12 @@ print("profiles' device s:", [round(c.get("device_s") or 0.0, 2) for c in costs]
 spans = sorted(json.loads(r).get("admitted_s") or [] for (r,) in db.execute("SELECT result FROM individuals WHERE result IS NOT NULL"))
 spans = [s for s in spans if s]
 turns = sorted(t for c in costs for t in c.get("device_turns") or [])
-if spans:
+from evolve.report_time import at_once  # kevo report's own count
+counted = at_once(spans)
+if counted is not None:
     t0 = spans[0][0]
-    edges = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans])
-    held = at = 0.0; last = edges[0][0]; n = 0; most = 0
-    for t, d in edges:
-        held += n * (t - last); last = t; n += d; most = max(most, n)
-    print(f"admitted: {held / (edges[-1][0] - edges[0][0]):.2f} evaluations at once on average, {most} at most, "
-          f"over {edges[-1][0] - edges[0][0]:.1f} s")
+    print(f"admitted: {counted[0]:.2f} evaluations at once on average, {counted[1]} at most, "
+          f"over {max(b for _, b in spans) - t0:.1f} s")
     print("admitted spans (s from the first):", [(round(a - t0, 2), round(b - t0, 2)) for a, b in spans])
     print("profile turns (asked, let on, done; s from the first admission):",
           [tuple(round(x - t0, 2) for x in t) for t in turns])
