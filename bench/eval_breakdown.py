@@ -18,6 +18,10 @@ variants of the config's seed (the first points of its parametric grid, as
 ``bench/throughput_bench.py`` streams them), so every one is compiled anew:
 
     python bench/eval_breakdown.py --config configs/softmax.yaml --shape batch_size=4096 --shape dim=8192 --repeats 6
+
+With ``--same`` as well, the config's first variant is evaluated every time
+(compiled once, by the evaluation left out): what one evaluation costs with
+nothing to compile, as when its kernels were compiled ahead.
 """
 
 from __future__ import annotations
@@ -35,7 +39,8 @@ from bench.shapes import add_suite_options, apply_shapes  # noqa: E402
 from fitness import Evaluator, Status  # noqa: E402
 
 
-def measure(name: str, device: str, shape_args: list[str], repeats: int, config: Path | None = None) -> dict:
+def measure(name: str, device: str, shape_args: list[str], repeats: int, config: Path | None = None,
+            same: bool = False) -> dict:
     if config is None:
         reference = ROOT / "problems" / name / "reference.py"
         shapes = apply_shapes(reference, shape_args)
@@ -48,7 +53,7 @@ def measure(name: str, device: str, shape_args: list[str], repeats: int, config:
         loaded = load_config(config)
         reference, cutoff = loaded.problem.reference, loaded.fitness.max_abs_diff
         shapes = apply_shapes(reference, shape_args, loaded.problem.shapes)
-        sources = stream(loaded, repeats + 1)
+        sources = [stream(loaded, 1)[0]] * (repeats + 1) if same else stream(loaded, repeats + 1)
     walls = []
     with Evaluator(reference, platform=device, shapes=shapes, max_abs_diff=cutoff) as evaluator:
         for i, source in enumerate(sources):
@@ -68,9 +73,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_suite_options(parser, repeats=3)
     parser.add_argument("--config", type=Path, help="distinct variants of this config's seed (see above)")
+    parser.add_argument("--same", action="store_true", help="with --config: its first variant every time")
     args = parser.parse_args()
+    if args.same and not args.config:
+        parser.error("--same needs --config")
     if args.config:
-        rows = [measure(args.config.stem, args.device, args.shape, args.repeats, args.config)]
+        rows = [measure(args.config.stem, args.device, args.shape, args.repeats, args.config, args.same)]
     else:
         rows = [measure(name, args.device, args.shape, args.repeats) for name in args.problems]
     parts = sorted({p for r in rows for p in r["median_s"]}, key=lambda p: (p != "total", p))

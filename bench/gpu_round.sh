@@ -12,7 +12,8 @@
 #   bash bench/gpu_round.sh stream real-size       # a 48-variant cold stream; 23_Softmax at its own shapes (RS_PROBLEM, RS_SLOTS, RS_COMPILE_S,
 #                                                  # RS_PROFILE_SHARE, RS_PROFILER=off, RS_EVALS (24); RS_AHEAD=false: no compiling ahead; RS_NAME: the run dir)
 #   bash bench/gpu_round.sh stream-budget          # the cold stream with each compile cut at 8 s (STREAM_COMPILE_S)
-#   bash bench/gpu_round.sh breakdown              # where an evaluation's time goes, at real size (REAL_ONLY=1: only) and cold
+#   bash bench/gpu_round.sh breakdown              # where an evaluation's time goes, at real size (REAL_ONLY=1: only; BD_SAME=1: one
+#                                                  # variant every time, nothing compiled; BD_REPEATS, 3) and cold
 #   bash bench/gpu_round.sh check-parts            # each part of a checked run alone at 23_Softmax's own shapes; the
 #                                                  # real-size breakdown under nsys's CUDA API trace, where nsys is installed
 #   bash bench/gpu_round.sh spy-stream spy-real    # the same, sampled by py-spy: where every process's threads wait
@@ -297,8 +298,8 @@ operators:
   space: {softmax_kernel.BLOCK_SIZE: [2048, 4096, 8192, 16384], softmax_kernel.num_warps: [4, 8, 16]}
 platform: cuda
 EOF
-    timeout "$(left)" python3 bench/eval_breakdown.py --config "$OUT/breakdown.yaml" --repeats 3 \
-        --out "$OUT/breakdown_real_size.json"
+    timeout "$(left)" python3 bench/eval_breakdown.py --config "$OUT/breakdown.yaml" --repeats "${BD_REPEATS:-3}" \
+        ${BD_SAME:+--same} --out "$OUT/breakdown_real_size.json"
     [[ -n ${REAL_ONLY:-} ]] && return
     TRITON_CACHE_DIR=$(mktemp -d) timeout "$(left)" python3 bench/eval_breakdown.py --config configs/softmax.yaml \
         --shape batch_size=4096 --shape dim=8192 --repeats 6 --out "$OUT/breakdown_stream.json"
