@@ -19,7 +19,8 @@ from evolve.report import (PLOT_FILE, build_report, format_counts, format_sweep_
                            sweep_summary, write_plot)
 from evolve.session import default_run_dir, open_store, resume_run, start_run
 from evolve.stopping import leave_nothing_behind, stop_on_sigterm
-from evolve.sweep import run_sweep, stored_entries, sweep_status
+from evolve.sweep import run_sweep, sweep_status
+from evolve.sweep_file import stored_entries
 from evolve.sweep_file import Entry, load_sweep
 from fitness import EvalSettings, Evaluator
 from fitness.problem import DTYPES

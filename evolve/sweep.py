@@ -55,7 +55,7 @@ from evolve.errors import USER_ERRORS
 from evolve.budget import saved, share_saved
 from evolve.report import Outcome, run_outcome, sweep_summary
 from evolve.session import BUDGET_EVENT, STORE_FILE, NoSeed, Observer, raise_budget, resume_run, start_run
-from evolve.sweep_file import SWEEP_FILE, Entry, stored_entries  # noqa: F401  (stored_entries: kevo report, apply)
+from evolve.sweep_file import SWEEP_FILE, Entry
 from evolve.sweep_file import check_same_sweep as _check_same_sweep
 from platforms import PlatformUnavailable
 from population_store import RunStore

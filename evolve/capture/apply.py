@@ -40,7 +40,7 @@ from evolve.capture.model import Captured, Key, capture, time_forward, timed_for
 from evolve.capture.regions import (NotWritable, RegionSpec, before_writes, bind_state, describe, region_spec,
                                     write_back)
 from evolve.session import STORE_FILE
-from evolve.sweep import stored_entries
+from evolve.sweep_file import stored_entries
 from fitness.compare import compare
 from fitness.cutoff import derived_cutoff, output_scale
 from fitness.problem import build_model, declared_cutoff, load_problem, make_inputs
