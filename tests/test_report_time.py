@@ -84,3 +84,18 @@ def test_where_verdicts_say_when_they_held_their_place_the_report_counts_them_at
     figures = evaluation_time(run)
     assert figures["admitted"] == pytest.approx(5.0 / 4.0) and figures["admitted_most"] == 2
     assert "(1.2 holding a place under the memory plan, 2 at most)" in time_line(figures)
+
+
+def test_the_report_says_how_long_no_evaluation_held_a_place():
+    """Where the memory plan lets few run at once, the seconds between a release and the next
+    admission are what candidates not ready cost (on an H100 at 23_Softmax's own sizes, 17 s of 76):
+    the report names them when they pass a twentieth of the span, and not otherwise."""
+    run = [_individual(n, {"total": 1.0}, finished) for n, finished in ((1, 102.0), (2, 103.0), (3, 108.0))]
+    for individual, span in zip(run, ([100.0, 102.0], [101.0, 103.0], [106.0, 108.0])):
+        individual.result["admitted_s"] = span
+    figures = evaluation_time(run)
+    assert figures["none_admitted_s"] == pytest.approx(3.0) and figures["admitted_span_s"] == pytest.approx(8.0)
+    assert figures["admitted"] == pytest.approx(6.0 / 8.0)
+    assert "(0.8 holding a place under the memory plan, 2 at most; none for 3.0 s of 8.0)" in time_line(figures)
+    run[2].result["admitted_s"] = [103.1, 105.0]  # a tenth of a second of 5: not worth a word
+    assert "none for" not in time_line(evaluation_time(run))
