@@ -20,8 +20,7 @@ from evolve.report import (PLOT_FILE, build_report, format_counts, format_sweep_
 from evolve.session import default_run_dir, open_store, resume_run, start_run
 from evolve.stopping import leave_nothing_behind, stop_on_sigterm
 from evolve.sweep import run_sweep, sweep_status
-from evolve.sweep_file import stored_entries
-from evolve.sweep_file import Entry, load_sweep
+from evolve.sweep_file import Entry, load_sweep, stored_entries
 from fitness import EvalSettings, Evaluator
 from fitness.problem import DTYPES
 from platforms import PLATFORM_NAMES
