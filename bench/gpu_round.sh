@@ -284,7 +284,7 @@ counted = at_once(spans)
 if counted is not None:
     t0 = spans[0][0]
     print(f"admitted: {counted[0]:.2f} evaluations at once on average, {counted[1]} at most, "
-          f"none for {counted[2]:.1f} s, over {max(b for _, b in spans) - t0:.1f} s")
+          f"none for {counted[2]:.1f} s, over {counted[3]:.1f} s")
     print("admitted spans (s from the first):", [(round(a - t0, 2), round(b - t0, 2)) for a, b in spans])
     print("profile turns (asked, let on, done; s from the first admission):",
           [tuple(round(x - t0, 2) for x in t) for t in turns])

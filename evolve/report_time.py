@@ -40,23 +40,21 @@ def evaluation_time(individuals: list[Individual]) -> dict[str, Any] | None:
     busy = evaluating + sum(w.get("wait: memory plan", 0.0) for w in walls)
     figures = {"evaluations": len(walls), "median_s": median, "pace_per_s": pace,
                "in_flight": busy / span if span > 0 else None, "evaluating": evaluating / span if span > 0 else None}
-    spans = [s for s in (i.result.get("admitted_s") for i in finished) if isinstance(s, list) and len(s) == 2]
-    admitted = at_once(spans)
+    admitted = at_once([i.result.get("admitted_s") for i in finished])
     if admitted is not None:  # each verdict's place under the memory plan, where verdicts say when
-        figures["admitted"], figures["admitted_most"], figures["none_admitted_s"] = admitted
-        figures["admitted_span_s"] = max(s[1] for s in spans) - min(s[0] for s in spans)
+        figures["admitted"], figures["admitted_most"], figures["none_admitted_s"], figures["admitted_span_s"] = admitted
     return figures
 
 
-def at_once(spans: list) -> tuple[float, int, float] | None:
-    """(the evaluations holding a place on average, the most at once, the seconds none held one) from
-    [admitted, released] spans, from the first admission to the last release; None without two spans
-    that say when. The seconds with none admitted are the places' empty time: what a search at a
+def at_once(spans: list) -> tuple[float, int, float, float] | None:
+    """(the evaluations holding a place on average, the most at once, the seconds none held one, the
+    seconds from the first admission to the last release) from [admitted, released] spans; None without
+    two spans that say when. The seconds with none admitted are the places' empty time: what a search at a
     problem's own sizes, where the memory plan lets few run at once, loses to candidates not ready
     (compiling ahead, being bred).
 
     >>> at_once([[0.0, 2.0], [1.0, 3.0], [3.5, 4.0], None])
-    (1.125, 2, 0.5)
+    (1.125, 2, 0.5, 4.0)
     """
     edges = sorted((t, step) for s in spans if isinstance(s, list) and len(s) == 2 for t, step in zip(s, (1, -1)))
     if len(edges) < 4 or edges[-1][0] <= edges[0][0]:
@@ -67,7 +65,8 @@ def at_once(spans: list) -> tuple[float, int, float] | None:
         empty += (t - last) if now == 0 else 0.0
         now, last = now + step, t
         most = max(most, now)
-    return held / (edges[-1][0] - edges[0][0]), most, empty
+    span = edges[-1][0] - edges[0][0]
+    return held / span, most, empty, span
 
 
 def median_parts(walls: list[dict[str, float]]) -> dict[str, float]:

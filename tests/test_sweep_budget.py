@@ -27,8 +27,7 @@ from evolve.config import ConfigError
 from evolve.report import Outcome, format_sweep_summary, sweep_summary
 from evolve.session import BUDGET_EVENT, STORE_FILE, raise_budget, resume_run, start_run
 from evolve.sweep import BUDGET_FILE, SECOND_PASS, SUMMARY_FILE, SWEEP_FILE, run_sweep
-from evolve.sweep_file import stored_entries
-from evolve.sweep_file import load_sweep
+from evolve.sweep_file import load_sweep, stored_entries
 from population_store import RunStore
 
 AT_SOL_RUN, HEADROOM_RUN = "000-at_sol", "001-softmax"
