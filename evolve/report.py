@@ -1,9 +1,14 @@
 """What a run found: the numbers (``build_report``), a plot, and the text ``kevo report`` prints;
 and what a sweep's runs came to, in the field's terms (``sweep_summary``).
 
-The report reads the store only (and, for a run seeded from torch.compile,
-the compiled time Inductor's recording holds), so it works on a finished run,
-a killed one, and one that another process is still writing.
+The report reads the store only, so it works on a finished run, a killed
+one, and one that another process is still writing.
+
+Its headline is the best over torch.compile (``vs_compile``): the ratio with
+its interval from the end-of-run rounds that timed both with the device to
+themselves, interleaved (``evolve.search.confirm``), eager beside it; or why
+there is no clean figure. Where torch.compile is faster, it says so and by
+how much. A sweep's summary gives the field's fast_p over torch.compile too.
 
 Beside the speedups it gives the speed of light (``fitness.sol``): the best's
 SOL, eager PyTorch's and torch.compile's against the same floor, and what is
@@ -24,7 +29,7 @@ from rich.console import Console
 from rich.table import Table
 
 from evolve.budget import saved, share_saved
-from evolve.report_sol import compiled_ms, sol_figures, sol_lines, standing
+from evolve.report_sol import sol_figures, sol_lines, standing
 from evolve.report_time import evaluation_time, time_line
 from evolve.search.loop import AT_SOL, STATE_KEY
 from evolve.search.steering import FALLBACK_EVENT, profiling_cost, profiling_line, selector_table
@@ -41,6 +46,9 @@ def build_report(store: RunStore, run_dir: Path) -> dict[str, Any]:
 
     ``best`` is the verify-like record of the fastest accepted kernel plus its
     ``id`` and ``source_hash``, or None when no kernel was accepted.
+    ``vs_compile``: the best over torch.compile, ``ratio``, ``low``, ``high`` (and more:
+    ``evolve.search.confirm.against_incumbents``), or ``why`` there is none;
+    ``vs_compile_tf32`` beside it where the best multiplies fp32 in TF32 or tf32x3.
     ``llm_usage`` holds the paid LLM requests, tokens and cost (in all and
     ``by_model``); ``operators_by_class`` says, per parent bottleneck class and
     operator (or LLM focus), how many children were made and how many improved
@@ -58,6 +66,7 @@ def build_report(store: RunStore, run_dir: Path) -> dict[str, Any]:
     top = store.best(TOP)
     stopped = store.events("stopped")
     best = _record(top[0]) if top else None
+    standings = standing(store, top)
     return {
         "run_dir": str(run_dir),
         "problem": config["problem"]["reference"],
@@ -68,8 +77,8 @@ def build_report(store: RunStore, run_dir: Path) -> dict[str, Any]:
         "stopped": stopped[-1]["data"]["reason"] if stopped else None,
         "best": best,
         "top": [_summary(ind) for ind in top],
-        "speed_of_light": sol_figures(best, compiled_ms(run_dir)),
-        **standing(store, top),
+        "speed_of_light": sol_figures(best, standings["vs_compile"].get("compile_ms")),
+        **standings,
         "confinement": stopped[-1]["data"].get("confinement", []) if stopped else [],
         "lineage": _lineage(store, top[0]) if top else [],
         "llm_usage": store.llm_usage().to_dict(),
@@ -241,7 +250,9 @@ class Outcome:
     floor_ms: float | None = None  # the problem's floor (fitness.floor), where known
     sol: float | None = None  # the best's speed of light
     eager_sol: float | None = None
-    compiled_sol: float | None = None  # torch.compile's, where the run knows its time (seeds: compile)
+    compiled_sol: float | None = None  # torch.compile's, where the run timed it on a clean clock
+    vs_compile: dict[str, Any] | None = None  # the best over torch.compile (evolve.report_sol.vs_compile)
+    vs_compile_tf32: dict[str, Any] | None = None  # over torch.compile with TF32 allowed, where timed
     below_floor: bool = False  # the best read below the floor: flagged
     at_sol: bool = False  # stopped at the speed of light (search.stop_at_sol)
     extra_evaluations: int = 0  # granted on top of its budget (a sweep's second pass), in max_evaluations
@@ -280,10 +291,12 @@ def run_outcome(name: str, status: str, reason: str, run_dir: Path) -> Outcome:
         raised = [event["data"] for event in store.events(BUDGET_EVENT)]
         profiling = profiling_cost(store.profiles())
         timing = evaluation_time(store.individuals()) or {}
+        standings = standing(store, best)
     outcome = Outcome(name, status, reason, evaluations=count, max_evaluations=budget,
                       at_sol=reason.startswith(AT_SOL), profiles=profiling["profiles"],
                       profiling_s=profiling["seconds"], profiling_device_s=profiling["device_s"],
-                      evaluation_s=timing.get("median_s", {}).get("total"), pace_per_s=timing.get("pace_per_s"))
+                      evaluation_s=timing.get("median_s", {}).get("total"), pace_per_s=timing.get("pace_per_s"),
+                      vs_compile=standings["vs_compile"], vs_compile_tf32=standings.get("vs_compile_tf32"))
     if raised:  # its budget was raised (evolve.session.raise_budget): by how much, and what it has spent
         outcome.extra_evaluations = sum(data["extra"] for data in raised)
         outcome.extra_spent = min(outcome.extra_evaluations, max(0, count - raised[0]["evaluations"]))
@@ -292,7 +305,7 @@ def run_outcome(name: str, status: str, reason: str, run_dir: Path) -> Outcome:
         result = best[0].result
         outcome.best_ms, outcome.reference_ms = result["runtime_ms"], result.get("reference_ms")
         outcome.speedup, outcome.below_floor = result.get("speedup"), bool(result.get("below_floor"))
-        figures = sol_figures(result, compiled_ms(run_dir))
+        figures = sol_figures(result, standings["vs_compile"].get("compile_ms"))
         if figures:
             outcome.floor_ms, outcome.sol = figures["floor_ms"], figures["best"]
             outcome.eager_sol, outcome.compiled_sol = figures["eager"], figures["compiled"]
@@ -305,7 +318,10 @@ def sweep_summary(outcomes: list[Outcome]) -> dict[str, Any]:
     ``fraction_correct``: problems with an accepted kernel; ``fast_1``, ``fast_1.5``,
     ``fast_2``: the fractions of all problems faster than eager PyTorch by more
     than 1×, 1.5×, 2×; ``geomean_speedup_correct``: over the problems with one.
-    Each run has its SOL and ``left_ms`` (best minus floor); ``below_floor``
+    ``vs_compile``: the same against torch.compile, from each run's clean rounds
+    (``fast_1``... over all problems, ``geomean`` over the ``problems`` with a clean
+    figure), ``slower`` (the runs torch.compile beats beyond noise) and ``without``
+    (each correct run with no clean figure, and why). Each run has its SOL and ``left_ms`` (best minus floor); ``below_floor``
     names the runs whose best read below the floor (flagged, not a speedup);
     ``saved_evaluations``, what runs that stopped at the speed of light did not
     spend, and ``budget_shares``, who gets it by headroom (``evolve.budget``):
@@ -322,11 +338,22 @@ def sweep_summary(outcomes: list[Outcome]) -> dict[str, Any]:
     def fast(p: float) -> float:
         return sum(1 for s in speedups if s > p) / n if n else 0.0
 
-    geomean = math.exp(sum(math.log(s) for s in speedups) / len(speedups)) if speedups else None
+    geomean = _geomean(speedups)
+    over_compile = [o.vs_compile["ratio"] for o in correct if (o.vs_compile or {}).get("ratio")]
+
+    def fast_compile(p: float) -> float:
+        return sum(1 for s in over_compile if s > p) / n if n else 0.0
+
     granted = {o.name: o.extra_evaluations for o in outcomes if o.extra_evaluations}
     return {"problems": n, "correct": len(correct), "fraction_correct": len(correct) / n if n else 0.0,
             "fast_1": fast(1.0), "fast_1.5": fast(1.5), "fast_2": fast(2.0),
-            "geomean_speedup_correct": geomean, "below_floor": [o.name for o in outcomes if o.below_floor],
+            "geomean_speedup_correct": geomean,
+            "vs_compile": {"problems": len(over_compile), "fast_1": fast_compile(1.0), "fast_1.5": fast_compile(1.5),
+                           "fast_2": fast_compile(2.0), "geomean": _geomean(over_compile),
+                           "slower": [o.name for o in correct if (o.vs_compile or {}).get("faster") == "torch.compile"],
+                           "without": {o.name: o.vs_compile["why"] for o in correct
+                                       if (o.vs_compile or {}).get("ratio") is None and o.vs_compile}},
+            "below_floor": [o.name for o in outcomes if o.below_floor],
             "saved_evaluations": saved(outcomes), "budget_shares": granted or share_saved(outcomes),
             "second_pass": bool(granted),
             "profiling": {"profiles": sum(o.profiles for o in outcomes),
@@ -336,13 +363,18 @@ def sweep_summary(outcomes: list[Outcome]) -> dict[str, Any]:
                      for o in outcomes]}
 
 
+def _geomean(values: list[float]) -> float | None:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
 def format_sweep_summary(summary: dict[str, Any]) -> str:
     """``sweep_summary``'s data as a Markdown table of the runs and one line of figures."""
-    lines = ["| run | status | evaluations | best ms | eager ms | speedup | SOL best | SOL eager | SOL compile "
-             "| left ms |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| run | status | evaluations | best ms | vs torch.compile | eager ms | speedup | SOL best | SOL eager "
+             "| SOL compile | left ms |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in summary["runs"]:
         best_sol = "below floor!" if r.get("below_floor") else _fmt(r.get("sol"), "", 2)
         lines.append(f"| {r['name']} | {r['status']} | {r['evaluations']} | {_fmt(r['best_ms'])} "
+                     f"| {_over_compile(r.get('vs_compile'))} "
                      f"| {_fmt(r['reference_ms'])} | {_fmt(r['speedup'], 'x')} | {best_sol} "
                      f"| {_fmt(r.get('eager_sol'), '', 2)} | {_fmt(r.get('compiled_sol'), '', 2)} "
                      f"| {_fmt(r.get('left_ms'))} |")
@@ -352,6 +384,16 @@ def format_sweep_summary(summary: dict[str, Any]) -> str:
                  f"fast_1 {100 * summary['fast_1']:.0f}%, fast_1.5 {100 * summary['fast_1.5']:.0f}%, "
                  f"fast_2 {100 * summary['fast_2']:.0f}%; geometric-mean speedup over correct: "
                  + (f"{g:.3g}x" if g else "-"))
+    over = summary.get("vs_compile") or {}
+    if over.get("problems"):
+        lines.append(f"over torch.compile (clean clock, {over['problems']} problems): fast_1 "
+                     f"{100 * over['fast_1']:.0f}%, fast_1.5 {100 * over['fast_1.5']:.0f}%, fast_2 "
+                     f"{100 * over['fast_2']:.0f}%; geometric mean {over['geomean']:.3g}x")
+    if over.get("slower"):
+        lines.append(f"torch.compile is faster beyond noise on: {', '.join(over['slower'])}")
+    if over.get("without"):
+        lines.append("no clean torch.compile time: " + "; ".join(f"{name} ({why})"
+                                                                  for name, why in over["without"].items()))
     if summary.get("second_pass"):
         runs = {r["name"]: r for r in summary["runs"]}
         spent = ", ".join(f"{name} +{n} ({runs[name]['extra_spent']} spent; left on the table "
@@ -370,6 +412,13 @@ def format_sweep_summary(summary: dict[str, Any]) -> str:
     if summary.get("below_floor"):
         lines.append(f"FLAGGED: the best of {', '.join(summary['below_floor'])} read below the floor (not a speedup)")
     return "\n".join(lines)
+
+
+def _over_compile(figures: dict[str, Any] | None) -> str:
+    """A run's best over torch.compile with its interval (``0.83x (0.81-0.85)``), or ``-``."""
+    if not figures or figures.get("ratio") is None:
+        return "-"
+    return f"{figures['ratio']:.3g}x ({figures['low']:.3g}-{figures['high']:.3g})"
 
 
 def _fmt(value: float | None, unit: str = "", digits: int = 4) -> str:

@@ -2,9 +2,10 @@
 
 - ``sol_figures``: the best's SOL (``fitness.sol``) beside eager PyTorch's
   and torch.compile's, against the same floor, and what is left on the table
-  (best minus floor). torch.compile's time is known for a run seeded from it
-  (``seeds: compile``: Inductor's recording in the run directory, timed there
-  under kevo's protocol, or by ``triton.testing.do_bench`` in older recordings).
+  (best minus floor). torch.compile's time is the one the end-of-run rounds
+  took, with the device to itself (``vs_compile``); none else is used.
+- ``vs_compile``: the best over torch.compile with its interval, or why there
+  is no clean figure; ``compile_line`` says it as the report prints it.
 - ``standing``: the kernels flagged for reading below the floor; what timing
   the top kernels again side by side found (``evolve.search.confirm``), or
   why they were not; and, from the verdicts' spreads alone, the next kernels
@@ -15,20 +16,17 @@
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
-from evolve.search.confirm import CONFIRMED_EVENT, rounds_for
+from evolve.search.confirm import CONFIRMED_EVENT, GPU_PLATFORMS, NO_INCUMBENT, rounds_for
 from evolve.search.population import faster
-from evolve.session import RECORDING_FILE
 from fitness.floor import sol
 from population_store import ACCEPTED, Individual, RunStore
 
 
 def sol_figures(best: dict[str, Any] | None, compiled_ms: float | None = None) -> dict[str, Any] | None:
     """The best's speed of light beside eager PyTorch's (its ``reference_ms``) and torch.compile's
-    (``compiled_ms``, where the run knows it), all against the best's floor, and what is left on the
+    (``compiled_ms``, where the run timed it on a clean clock: ``vs_compile``), all against the best's floor, and what is left on the
     table (best minus floor); None without an accepted best with a floor.
 
     >>> f = sol_figures({"floor_ms": 1.0, "runtime_ms": 2.0, "reference_ms": 4.0, "sol": 0.5, "bound": "memory"}, 2.5)
@@ -45,14 +43,51 @@ def sol_figures(best: dict[str, Any] | None, compiled_ms: float | None = None) -
             "below_floor_reason": best.get("below_floor_reason", "")}
 
 
-def compiled_ms(run_dir: Path) -> float | None:
-    """torch.compile's time for a run seeded from it (``seeds: compile``: Inductor's recording, timed
-    under kevo's protocol where the recording has that, else by do_bench), else None."""
-    try:
-        recording = json.loads((Path(run_dir) / RECORDING_FILE).read_text(encoding="utf-8"))
-        return recording.get("compiled_protocol_ms") or recording.get("compiled_ms")
-    except (OSError, ValueError, AttributeError):  # no recording (seed files), or not one of ours
-        return None
+def vs_compile(confirmed: dict[str, Any] | None, best: dict[str, Any] | None, why_unconfirmed: str) -> dict[str, Any]:
+    """``vs_compile`` (and ``vs_compile_tf32`` where it was timed): the best over torch.compile from the
+    end-of-run rounds (``evolve.search.confirm``), or ``{"why": ...}`` where there is no clean figure."""
+    if confirmed and confirmed.get("vs_compile"):
+        return {key: confirmed[key] for key in ("vs_compile", "vs_compile_tf32") if key in confirmed}
+    if best is None:
+        why = "no kernel was accepted"
+    elif best.get("platform") not in GPU_PLATFORMS:
+        why = NO_INCUMBENT
+    elif confirmed:
+        why = "this run's rounds of timing again were recorded before kevo timed torch.compile in them"
+    else:
+        why = why_unconfirmed
+    return {"vs_compile": {"why": why}}
+
+
+def compile_line(figures: dict[str, Any] | None, tf32: bool = False) -> str:
+    """One ``vs_compile`` as a person reads it: the ratio with its interval and who is faster, or why
+    there is none.
+
+    >>> compile_line({"ratio": 0.8, "low": 0.78, "high": 0.82, "rounds": 3, "faster": "torch.compile",
+    ...               "vs_eager": {"ratio": 2.0, "low": 1.9, "high": 2.1}, "seed": None})
+    'best 0.8x torch.compile (0.78-0.82x over 3 rounds): torch.compile is faster, by 25%; 2x eager'
+    >>> compile_line({"why": "not timed"})
+    'no clean torch.compile time: not timed'
+    """
+    what = "torch.compile with TF32 allowed" if tf32 else "torch.compile"
+    if not figures or figures.get("ratio") is None:
+        return f"no clean {what} time: {(figures or {}).get('why', 'not timed')}"
+    ratio = figures["ratio"]
+    text = (f"best {ratio:.3g}x {what} ({figures['low']:.3g}-{figures['high']:.3g}x over "
+            f"{figures['rounds']} rounds): ")
+    if figures.get("faster") == "kevo":
+        text += "kevo's kernel is faster beyond noise"
+    elif figures.get("faster") == "torch.compile" or ratio < 1:
+        text += f"{what} is faster, by {100 * (1 / ratio - 1):.3g}%"
+        if figures.get("faster") != "torch.compile":
+            text += " (within noise)"
+    else:
+        text += f"not faster than {what} beyond noise"
+    if figures.get("vs_eager"):
+        text += f"; {figures['vs_eager']['ratio']:.3g}x eager"
+    if figures.get("seed"):
+        text += f"; its seed {figures['seed']['ratio']:.3g}x {what}"
+    return text
 
 
 def _why_unconfirmed(config: dict[str, Any], best: dict[str, Any] | None, stopped: list) -> str:
@@ -69,10 +104,12 @@ def standing(store: RunStore, top: list[Individual]) -> dict[str, Any]:
     fastest after the best, that the best is not faster than beyond their spreads)."""
     confirmed, stopped = store.events(CONFIRMED_EVENT), store.events("stopped")
     best = top[0].result if top else None
+    unconfirmed = "" if confirmed or not top else _why_unconfirmed(store.config(), best, stopped)
     return {
+        **vs_compile(confirmed[-1]["data"] if confirmed else None, best, unconfirmed),
         "below_floor": [i.id for i in store.individuals(ACCEPTED) if (i.result or {}).get("below_floor")],
         "confirmed": confirmed[-1]["data"] if confirmed else None,
-        "unconfirmed": "" if confirmed or not top else _why_unconfirmed(store.config(), best, stopped),
+        "unconfirmed": unconfirmed,
         "within_noise": [i.id for i in top[1:]
                          if not faster(top[0].runtime_ms, _spread(top[0]), i.runtime_ms, _spread(i))],
     }
@@ -85,6 +122,10 @@ def _spread(ind: Individual) -> float:
 def sol_lines(report: dict[str, Any]) -> list[str]:
     """The report's lines on the speed of light, the flagged kernels, how sure the best is, and the confinement."""
     lines, figures = [], report.get("speed_of_light")
+    if report.get("best"):
+        lines.append(f"vs compile {compile_line(report.get('vs_compile'))}")
+        if report.get("vs_compile_tf32"):
+            lines.append(f"vs compile {compile_line(report['vs_compile_tf32'], tf32=True)}")
     if figures:
         others = ", ".join(f"{name} {_two(figures[key])}" for name, key in
                            (("eager", "eager"), ("torch.compile", "compiled")) if figures[key] is not None)

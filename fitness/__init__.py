@@ -6,6 +6,7 @@ nothing of Ray, SQLite or LLMs.
 
 from fitness.compare import CutoffError
 from fitness.evaluator import Evaluator
+from fitness.incumbent import Incumbent, Job
 from fitness.prepared import PreparedProblem
 from fitness.problem import NoRoomNow, ProblemError, load_problem, shape_knobs
 from fitness.result import EvalResult, Status
@@ -18,6 +19,8 @@ __all__ = [
     "EvalResult",
     "EvalSettings",
     "Evaluator",
+    "Incumbent",
+    "Job",
     "PreparedProblem",
     "NoRoomNow",
     "ProblemError",

@@ -26,6 +26,7 @@ from typing import Any
 from fitness.channel import WorkerChannel
 from fitness.compare import Comparison, compare
 from fitness.floor import measure_peaks_alone
+from fitness.incumbent import Incumbent, time_incumbent
 from fitness.lane import NoLane, TimingLane, both, device_alone
 from fitness.memory_plan import Variant
 from fitness.prepared import PreparedProblem
@@ -182,6 +183,18 @@ class Evaluator:
         result.confinement = self.channel.confinement()  # of the worker that judged it
         result.walls_s, self.ahead = {**self.ahead, **{p: round(s, 4) for p, s in self.walls.items()}}, {}
         return result
+
+    def time_incumbent(self, job: Incumbent) -> EvalResult:
+        """torch.compile of the reference timed by this evaluator's clock, with the device to itself, eager
+        beside it (``fitness.incumbent``): the record every speed a user reads is against. GPU only."""
+        base = dict(platform=self.platform.name, device_name=self.channel.device_name())
+        started = time.monotonic()
+        try:
+            return time_incumbent(self.prepared, self.lane, job, base)
+        finally:
+            self.platform.release_memory(keep_bytes=RELEASE_ABOVE)
+            self.walls.clear()
+            self.walls["incumbent"] = time.monotonic() - started
 
     def _judge(self, source: str, base: dict[str, Any]) -> EvalResult:
         if self.settings.screen:

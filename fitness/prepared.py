@@ -33,7 +33,7 @@ from fitness.problem import (NoRoomNow, Problem, ProblemError, build_model, decl
                              input_domains, load_problem, make_inputs)
 from fitness.refusal import out_of_memory
 from fitness.settings import EvalSettings
-from platforms import Platform, PlatformUnavailable, time_runs
+from platforms import Platform, PlatformUnavailable, Timing, time_runs
 from platforms.device_lock import window as device_window
 
 log = logging.getLogger(__name__)
@@ -91,6 +91,8 @@ class PreparedProblem:
         self.device = platform.device()
         self._lock = threading.Lock()
         self._reference_ms: float | None = None
+        #: torch.compile of the main shapes' model, by whether TF32 was allowed (fitness.incumbent)
+        self.incumbents: dict[bool, Any] = {}
         # What the problem's own draws cannot tell from the answer (the cutoff check), the
         # reference's scale and finiteness on the first fixed inputs: set by _variant.
         self._suspects: list[Trivial] = []
@@ -328,6 +330,10 @@ class PreparedProblem:
     def time_in_process(self, model: Any) -> float:
         """Median runtime of a trusted ``model`` (the reference, or a compiled
         form of it) at the main shapes, timed here as candidates are timed."""
+        return self.timing_in_process(model).median_ms
+
+    def timing_in_process(self, model: Any) -> Timing:
+        """``time_in_process``'s whole timing (the runs, their spread)."""
         import torch
 
         seeds = self.settings.fixed_seeds
@@ -342,7 +348,7 @@ class PreparedProblem:
         with device_window(self.platform):
             timing = time_runs(self.platform, run, self.timing, prepare)
         self.overhead_ms = timing.overhead_ms
-        return timing.median_ms
+        return timing
 
     # -- the memory plan ------------------------------------------------------------
 

@@ -21,7 +21,8 @@ from typing import Any
 
 from evolve.dispatch.base import evaluator_info, plan_info
 from evolve.dispatch.spec import EvaluatorSpec, workers_beside
-from fitness import CutoffError, EvalResult, Evaluator, NoRoomNow, PreparedProblem, ProblemError, Status
+from fitness import (CutoffError, EvalResult, Evaluator, Incumbent, Job, NoRoomNow, PreparedProblem, ProblemError,
+                     Status)
 from fitness.ahead import compile_ahead
 from fitness.lane import TimingLane
 from platforms import Platform, PlatformUnavailable, get_platform
@@ -129,10 +130,17 @@ class EvaluatorActor:
             for evaluator in evaluators:
                 self._give_back(spec, evaluator)
 
-    def evaluate(self, spec: EvaluatorSpec, source: str) -> tuple[int, EvalResult]:
-        """(this actor's pid, the verdict on ``source``); its evaluator taken once admitted, or to compile ahead."""
+    def evaluate(self, spec: EvaluatorSpec, source: Job) -> tuple[int, EvalResult]:
+        """(this actor's pid, the verdict on ``source``); its evaluator taken once admitted, or to compile ahead.
+        The incumbent (``fitness.Incumbent``) is timed with the device to itself."""
         evaluator: Evaluator | None = None
         try:
+            if isinstance(source, Incumbent):
+                if spec not in self._prepared:
+                    self._give_back(spec, self._taken(spec))
+                with self._admitted(spec, alone=True):
+                    evaluator = self._taken(spec)
+                    return os.getpid(), evaluator.time_incumbent(source)
             if spec not in self._prepared:  # the problem's plan first (its limit, its room): the admission asks it
                 self._give_back(spec, self._taken(spec))
             asked = time.monotonic()

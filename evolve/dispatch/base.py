@@ -24,15 +24,16 @@ import time
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from fitness import EvalResult
+from fitness import EvalResult, Incumbent, Job
 
 
 class Dispatcher(abc.ABC):
     """Evaluates submitted candidates; results come back in any order."""
 
     @abc.abstractmethod
-    def submit(self, key: int, source: str) -> None:
-        """Queue ``source`` for evaluation; its result will come back under ``key``."""
+    def submit(self, key: int, source: Job) -> None:
+        """Queue ``source`` for evaluation; its result will come back under ``key``. ``source`` may be
+        ``fitness.Incumbent`` instead of a candidate's text: torch.compile of the reference, timed."""
 
     @abc.abstractmethod
     def next_result(self) -> tuple[int, EvalResult]:
@@ -152,6 +153,13 @@ class Evaluates(Protocol):
 
     def evaluate(self, source: str) -> EvalResult: ...
 
+    def time_incumbent(self, job: Incumbent) -> EvalResult: ...
+
+
+def run_job(evaluator: Evaluates, job: Job) -> EvalResult:
+    """``job``'s record from ``evaluator``: a candidate's verdict, or the incumbent's timing."""
+    return evaluator.time_incumbent(job) if isinstance(job, Incumbent) else evaluator.evaluate(job)
+
 
 class InProcessDispatcher(Dispatcher):
     """Evaluates in this process, one candidate at a time, in submission order.
@@ -161,11 +169,11 @@ class InProcessDispatcher(Dispatcher):
 
     def __init__(self, evaluator: Evaluates) -> None:
         self.evaluator = evaluator
-        self._queue: collections.deque[tuple[int, str]] = collections.deque()
+        self._queue: collections.deque[tuple[int, Job]] = collections.deque()
         self.usage = SlotUsage(1)
         self._profiling: list[_Background] = []
 
-    def submit(self, key: int, source: str) -> None:
+    def submit(self, key: int, source: Job) -> None:
         self._queue.append((key, source))
 
     def next_result(self) -> tuple[int, EvalResult]:
@@ -174,7 +182,7 @@ class InProcessDispatcher(Dispatcher):
         key, source = self._queue.popleft()
         self.usage.hold(1)
         try:
-            return key, self.evaluator.evaluate(source)
+            return key, run_job(self.evaluator, source)
         finally:
             self.usage.release(1)
 

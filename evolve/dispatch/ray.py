@@ -36,7 +36,7 @@ from evolve.dispatch.actor import EvaluatorActor, EvaluatorSpec
 from evolve.dispatch.base import Dispatcher, SlotUsage, at_once_note
 from evolve.dispatch.connect import REFUSALS, RayUnavailable, actor_errors, get_answer, import_ray, start_ray
 from evolve.dispatch.fleet import NODE_CHECK_S, Fleet, actor_plan
-from fitness import EvalResult, Status
+from fitness import EvalResult, Job, Status
 
 __all__ = ["EvaluatorActor", "EvaluatorSpec", "RayDispatcher", "RayUnavailable", "start_ray"]
 
@@ -51,7 +51,7 @@ DEFAULT_GPU_SLOTS = 3
 @dataclasses.dataclass
 class _Job:
     key: Any
-    source: str
+    source: Job  # a candidate's text, or the incumbent (fitness.Incumbent)
     spec: EvaluatorSpec
     actor: Any = None
     solo: bool = False  # evaluated with its actor to itself (a retry after the actor died)
@@ -186,7 +186,7 @@ class RayDispatcher(Dispatcher):
 
     # -- Dispatcher ------------------------------------------------------------
 
-    def submit(self, key: Any, source: str, spec: EvaluatorSpec | None = None) -> None:
+    def submit(self, key: Any, source: Job, spec: EvaluatorSpec | None = None) -> None:
         self._queue.append(_Job(key, source, spec or self._spec))
         self._hand_out()
 

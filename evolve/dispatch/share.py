@@ -30,7 +30,7 @@ from evolve.dispatch.actor import EvaluatorSpec
 from evolve.dispatch.base import Dispatcher
 from evolve.dispatch.connect import actor_errors, get_answer, import_ray
 from evolve.dispatch.ray import RayDispatcher
-from fitness import EvalResult
+from fitness import EvalResult, Job
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +153,7 @@ class View(Dispatcher):
         self.keys: set[Any] = set()  # submitted, result not returned yet
         self.verdicts: collections.deque[tuple[Any, EvalResult | BaseException]] = collections.deque()
 
-    def submit(self, key: Any, source: str) -> None:
+    def submit(self, key: Any, source: Job) -> None:
         with self.shared.cond:
             self.keys.add(key)
             self.shared.post("submit", self, (key, source))

@@ -73,3 +73,21 @@ def precision_seed(source: str, precision: str) -> str | None:
         return with_variant_line(made, precision, _WHAT[precision])
     except ValueError:  # a seed without the conversion's header: the program alone
         return made
+
+
+# a dot written with no precision at all: Triton multiplies fp32 operands in TF32 then
+_DOT_CALL = re.compile(r"\btl\.dot\s*\(")
+
+
+def lower_precision_dots(source: str) -> list[str]:
+    """The dots of ``source`` that may multiply fp32 operands below fp32: those fixed at ``tf32`` or
+    ``tf32x3`` (by their tunable's name) and, as ``tl.dot``, each written with no precision (Triton's
+    default for fp32 operands is TF32).
+
+    >>> kernel = "@triton.jit\\ndef k(a, b):\\n    c = tl.dot(a, b, input_precision='{}')\\n    d = tl.dot(a, b)\\n"
+    >>> lower_precision_dots(kernel.format("ieee")), lower_precision_dots(kernel.format("tf32x3"))
+    (['tl.dot'], ['k.dot[0].input_precision', 'tl.dot'])
+    """
+    fixed = [name for name, value in dot_precisions(source).items() if value in PRECISIONS]
+    unset = sum(1 for _ in _DOT_CALL.finditer(source)) - len(dot_precisions(source))
+    return fixed + ["tl.dot"] * max(0, unset)
