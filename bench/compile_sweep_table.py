@@ -3,16 +3,13 @@ seed's time, the best kernel's time, eager PyTorch and torch.compile, and over t
 problems the fraction whose best kernel beats torch.compile and the geometric mean
 of best / torch.compile.
 
-Eager and the seed and best kernels are timed by kevo's evaluator (its median of
-the timed window). torch.compile's times were taken when the seed was captured
-(``inductor_recording.json`` in each run directory), at the same shapes, on the
-same GPU, under torch.compile's default configuration (where the first seed came
-from another, a GEMM's max-autotune Triton templates, the default's times are
-kept beside it: ``default_compiled_ms``), twice: by ``triton.testing.do_bench``, and under kevo's own protocol
-(each run on an idle device with a cold cache, its device span: how kevo's kernels
-are timed). "best vs compile" and the summary compare like with like: kevo's
-protocol where the recording has it (captures before it was added have only
-do_bench); "vs do_bench" is always against do_bench.
+Every ratio is on the clean clock: the end-of-run rounds that timed the best,
+its seed and torch.compile (default mode) interleaved, each with the device to
+itself (``vs_compile`` of ``kevo report --json``): "best vs compile" is the
+median over the rounds with the lowest and highest, "seed vs compile" the same
+for the seed the best descends from. A run without them says why. The times
+taken when the seed was captured (``inductor_recording.json``, while other runs
+shared the device) are shown as "in-run" and never used for a ratio.
 
 SOL (speed of light, ``fitness.sol``): each time against the problem's floor on
 that GPU (the best verdict's ``floor_ms``: compulsory bytes over the measured
@@ -42,6 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from evolve.report_sol import standing  # noqa: E402
 from evolve.session import COMPILED_SEED_FILE, RECORDING_FILE  # noqa: E402
 from evolve.sweep import FAILED_FILE, SKIPPED_FILE  # noqa: E402
 from fitness.floor import sol  # noqa: E402
@@ -96,14 +94,16 @@ def run_row(run_dir: Path) -> dict:
         row["precision"] = precision(best[0].source)
         row["best_ms"] = best[0].runtime_ms
         row["eager_ms"] = best[0].result.get("reference_ms")
-    # like with like: torch.compile timed as kevo times a kernel, where the capture did
-    compiled = row.get("compiled_protocol_ms") or row.get("compiled_ms")
-    if row.get("best_ms") and compiled:
-        row["best_vs_compile"] = compiled / row["best_ms"]
-    if row.get("best_ms") and row.get("compiled_ms"):
-        row["best_vs_do_bench"] = row["compiled_ms"] / row["best_ms"]
-    if row.get("seed_ms") and compiled:
-        row["seed_vs_compile"] = compiled / row["seed_ms"]
+    with RunStore.open(store_path, readonly=True) as store:  # the clean clock's figures (evolve.report_sol)
+        versus = standing(store, best)["vs_compile"]
+    compiled = versus.get("compile_ms")
+    if versus.get("ratio"):
+        row.update(best_vs_compile=versus["ratio"], best_vs_compile_range=(versus["low"], versus["high"]),
+                   clean_compiled_ms=compiled, faster=versus.get("faster"))
+        if versus.get("seed"):
+            row["seed_vs_compile"] = versus["seed"]["ratio"]
+    else:
+        row["no_clean_compile"] = versus.get("why")
     floor = (best[0].result or {}).get("floor_ms") if best else None
     if floor:  # every time against the same floor
         result = best[0].result
@@ -162,8 +162,14 @@ def main() -> int:
     def share(value: float | None) -> str:
         return "-" if value is None else f"{value:.2g}"
 
-    print("| run | seed ms | best ms | eager ms | torch.compile ms (kevo's protocol) | torch.compile ms (do_bench) "
-          "| best vs compile | vs do_bench | floor ms | SOL best | SOL seed | SOL eager | SOL compile | left ms "
+    def versus(r: dict) -> str:
+        if not r.get("best_vs_compile"):
+            return "-"
+        low, high = r["best_vs_compile_range"]
+        return f"{r['best_vs_compile']:.2f}x ({low:.2f}-{high:.2f})"
+
+    print("| run | seed ms | best ms | eager ms | torch.compile ms | best vs compile | seed vs compile "
+          "| in-run torch.compile ms (not a ratio) | floor ms | SOL best | SOL seed | SOL eager | SOL compile | left ms "
           "| precision | seeds by precision | seed |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
@@ -172,25 +178,25 @@ def main() -> int:
             seed += f": {(r.get('seed_reason') or r.get('reason'))[:90]}"
         best_sol = "below floor!" if r.get("below_floor") else share(r.get("sol_best"))
         print(f"| {r['run']} | {ms(r.get('seed_ms'))} | {ms(r.get('best_ms'))} | {ms(r.get('eager_ms'))} | "
-              f"{ms(r.get('compiled_protocol_ms'))} | {ms(r.get('compiled_ms'))} | {ratio(r.get('best_vs_compile'))} | "
-              f"{ratio(r.get('best_vs_do_bench'))} | {ms(r.get('floor_ms'))} | {best_sol} | "
+              f"{ms(r.get('clean_compiled_ms'))} | {versus(r)} | {ratio(r.get('seed_vs_compile'))} | "
+              f"{ms(r.get('compiled_protocol_ms') or r.get('compiled_ms'))} | {ms(r.get('floor_ms'))} | {best_sol} | "
               f"{share(r.get('sol_seed'))} | {share(r.get('sol_eager'))} | {share(r.get('sol_compile'))} | "
               f"{ms(r.get('left_ms'))} | {r.get('precision', '-')} | {_verdicts(r.get('seeds_by_precision'))} | "
               f"{seed} |")
     ratios = [r["best_vs_compile"] for r in rows if r.get("best_vs_compile")]
     if ratios:
-        like = sum(1 for r in rows if r.get("best_vs_compile") and r.get("compiled_protocol_ms"))
-        how = ("torch.compile timed under kevo's protocol" if like == len(ratios) else
-               f"{like} of them with torch.compile timed under kevo's protocol, the rest by do_bench only")
-        faster, share, geomean = _summary(ratios)
-        print(f"\n{len(ratios)} of {len(rows)} problems with an accepted kernel and a torch.compile time ({how}); "
-              f"best faster than torch.compile on {faster} ({share}); geometric mean of "
-              f"torch.compile / best: {geomean}")
-    against = [r["best_vs_do_bench"] for r in rows if r.get("best_vs_do_bench")]
-    if against:
-        faster, share, geomean = _summary(against)
-        print(f"against torch.compile's do_bench time: best faster on {faster} of {len(against)} "
-              f"({share}); geometric mean {geomean}")
+        faster, share_, geomean = _summary(ratios)
+        slower = [r["run"] for r in rows if r.get("faster") == "torch.compile"]
+        print(f"\n{len(ratios)} of {len(rows)} problems with an accepted kernel and a clean torch.compile time; "
+              f"best faster than torch.compile on {faster} ({share_}); geometric mean of torch.compile / best: "
+              f"{geomean}" + (f"; torch.compile faster beyond noise on {', '.join(slower)}" if slower else ""))
+    seeds = [r["seed_vs_compile"] for r in rows if r.get("seed_vs_compile")]
+    if seeds:
+        within = sum(1 for x in seeds if x >= 0.98)
+        print(f"seed within 2% of torch.compile (or faster) on {within} of {len(seeds)}")
+    without = [f"{r['run']} ({r['no_clean_compile']})" for r in rows if r.get("no_clean_compile") and r.get("best_ms")]
+    if without:
+        print("no clean torch.compile time: " + "; ".join(without))
     sols = [r["sol_best"] for r in rows if r.get("sol_best") and not r.get("below_floor")]
     flagged = [r["run"] for r in rows if r.get("below_floor")]
     if sols or flagged:

@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 import yaml  # noqa: E402
 
-from evolve.report import Outcome  # noqa: E402
+from evolve.report_sweep import Outcome  # noqa: E402
 from evolve.sweep import SweepObserver, run_sweep  # noqa: E402
 from evolve.sweep_file import Entry, load_sweep  # noqa: E402
 

@@ -27,7 +27,7 @@ resumes it: a second pass. The runs of the second pass spend what they get,
 or less where they reach the speed of light or another stop first; what
 they save is not handed on again.
 
->>> from evolve.report import Outcome
+>>> from evolve.report_sweep import Outcome
 >>> runs = [Outcome("gelu", "finished", evaluations=20, max_evaluations=100, best_ms=1.0, sol=0.95, at_sol=True),
 ...         Outcome("gemm", "finished", evaluations=100, max_evaluations=100, best_ms=1.0, sol=0.2),
 ...         Outcome("norm", "finished", evaluations=100, max_evaluations=100, best_ms=1.0, sol=0.6)]
@@ -56,7 +56,7 @@ def _extra(outcome: Any) -> int:
 def share_saved(outcomes: list[Any], cap: float = DEFAULT_CAP) -> dict[str, int]:
     """Extra evaluations per run name, by the module's rule; runs that get none are left out.
 
-    ``outcomes`` are ``evolve.report.Outcome``s (``run_outcome``): their name, status,
+    ``outcomes`` are ``evolve.report_sweep.Outcome``s (``run_outcome``): their name, status,
     evaluations, max_evaluations, sol, below_floor, at_sol and extra_evaluations are read.
     """
     pot = saved(outcomes)

@@ -15,8 +15,8 @@ from rich.console import Console
 
 from evolve.errors import USER_ERRORS, UsageError
 from evolve.progress import Progress, SweepProgress
-from evolve.report import (PLOT_FILE, build_report, format_counts, format_sweep_summary, print_report,
-                           sweep_summary, write_plot)
+from evolve.report import PLOT_FILE, build_report, format_counts, print_report, write_plot
+from evolve.report_sweep import format_sweep_summary, sweep_summary
 from evolve.session import default_run_dir, open_store, resume_run, start_run
 from evolve.stopping import leave_nothing_behind, stop_on_sigterm
 from evolve.sweep import run_sweep, sweep_status
@@ -184,22 +184,26 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    from evolve.export import export_text, vs_compile_text
+
     with open_store(args.run_dir, readonly=True) as store:
         best = store.best(1)
         counts = store.status_counts()
-    if not best:
-        raise UsageError(f"{args.run_dir} has no accepted kernel to export ({format_counts(counts)})")
-    kernel = best[0]
+        if not best:
+            raise UsageError(f"{args.run_dir} has no accepted kernel to export ({format_counts(counts)})")
+        kernel = best[0]
+        text, versus = export_text(store, kernel), vs_compile_text(store, kernel)
     if args.output is None:
-        sys.stdout.write(kernel.source)
+        sys.stdout.write(text)
         return 0
     try:
-        Path(args.output).write_text(kernel.source, encoding="utf-8")
+        Path(args.output).write_text(text, encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"cannot write {args.output}: {exc.strerror}") from None
     speedup = kernel.result.get("speedup")
     print(f"kevo export: wrote kernel {kernel.id} ({kernel.runtime_ms:.4g} ms"
-          + (f", {speedup:.3g}x" if speedup else "") + f") to {args.output}", file=sys.stderr)
+          + (f", {speedup:.3g}x eager" if speedup else "") + f") to {args.output}; "
+          + versus, file=sys.stderr)
     return 0
 
 

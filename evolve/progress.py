@@ -21,7 +21,8 @@ from rich.text import Text
 
 from evolve.config import Config
 from evolve.search.population import Candidate
-from evolve.report import Outcome, format_counts
+from evolve.report import format_counts
+from evolve.report_sweep import Outcome
 from evolve.session import Observer
 from evolve.sweep import SweepObserver
 from evolve.sweep_file import Entry

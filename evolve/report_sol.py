@@ -164,3 +164,8 @@ def sol_lines(report: dict[str, Any]) -> list[str]:
 
 def _two(value: float | None) -> str:
     return "-" if value is None else f"{value:.2g}"
+
+
+def fmt(value: float | None, unit: str = "", digits: int = 4) -> str:
+    """``value`` in ``digits`` significant digits with ``unit``, or ``-`` for none."""
+    return "-" if value is None else f"{value:.{digits}g}{unit}"

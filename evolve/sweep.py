@@ -22,7 +22,7 @@ stored budget is raised by its share (``evolve.session.raise_budget``, a
 grant recorded in its store, given once) and the run is resumed. A run whose
 budget was raised after it last stopped has not ended: a sweep killed in its
 second pass and started again resumes those runs, grants nothing twice and
-redoes nothing. The summary (``evolve.report.sweep_summary``) is written into
+redoes nothing. The summary (``evolve.report_sweep.sweep_summary``) is written into
 the directory at the end.
 
 A ``SweepObserver`` is told as the sweep goes (``kevo sweep``'s lines on
@@ -53,7 +53,7 @@ from evolve.dispatch.pool import SharedPool, check_can_evaluate
 from evolve.dispatch.ray import RayUnavailable
 from evolve.errors import USER_ERRORS
 from evolve.budget import saved, share_saved
-from evolve.report import Outcome, run_outcome, sweep_summary
+from evolve.report_sweep import Outcome, run_outcome, sweep_summary
 from evolve.session import BUDGET_EVENT, STORE_FILE, NoSeed, Observer, raise_budget, resume_run, start_run
 from evolve.sweep_file import SWEEP_FILE, Entry
 from evolve.sweep_file import check_same_sweep as _check_same_sweep

@@ -49,7 +49,7 @@ from platforms.profiling import Profiler, profiler_for
 log = logging.getLogger(__name__)
 
 
-class Evaluator:
+class Evaluator(contextlib.AbstractContextManager):
     """Judges candidates for one problem on one platform.
 
     ``prepared`` shares one ``PreparedProblem`` between the evaluators of a
@@ -118,10 +118,6 @@ class Evaluator:
         """Median runtime of the reference (eager PyTorch) at the main shapes."""
         return self.prepared.reference_ms()
 
-    def time_in_process(self, model: Any) -> float:
-        """Median runtime of a trusted ``model`` at the main shapes (``PreparedProblem.time_in_process``)."""
-        return self.prepared.time_in_process(model)
-
     def _load(self, source: str, variant: Variant) -> Reply:
         """Load ``source`` in the worker at ``variant``'s shapes; the worker's reply."""
         self.channel.loaded = None
@@ -135,10 +131,9 @@ class Evaluator:
         return reply
 
     def _checked_call(self, variant: Variant, seed: int, probe: Probe | None = None) -> tuple[Reply, Any]:
-        """(the worker's reply, the comparison) for one call of the candidate on ``seed``'s
-        inputs (transformed by ``probe``, if given, and judged at its cutoff), with the
-        device's lane shared; the reference's outputs are computed here while the worker
-        runs it."""
+        """(the worker's reply, the comparison) for one call of the candidate on ``seed``'s inputs (transformed by
+        ``probe``, if given, and judged at its cutoff), with the device's lane shared; the reference's outputs are
+        computed here while the worker runs it."""
         refs: list = []
 
         def reference() -> None:
@@ -185,16 +180,13 @@ class Evaluator:
         return result
 
     def time_incumbent(self, job: Incumbent) -> EvalResult:
-        """torch.compile of the reference timed by this evaluator's clock, with the device to itself, eager
-        beside it (``fitness.incumbent``): the record every speed a user reads is against. GPU only."""
-        base = dict(platform=self.platform.name, device_name=self.channel.device_name())
-        started = time.monotonic()
+        """torch.compile of the reference timed by this evaluator's clock with the device to itself, eager beside
+        it (``fitness.incumbent``): what every speed a user reads is against. GPU only."""
         try:
-            return time_incumbent(self.prepared, self.lane, job, base)
+            return time_incumbent(self.prepared, self.lane, job, dict(platform=self.platform.name,
+                                                                      device_name=self.channel.device_name()))
         finally:
             self.platform.release_memory(keep_bytes=RELEASE_ABOVE)
-            self.walls.clear()
-            self.walls["incumbent"] = time.monotonic() - started
 
     def _judge(self, source: str, base: dict[str, Any]) -> EvalResult:
         if self.settings.screen:
@@ -348,9 +340,9 @@ class Evaluator:
                           runtime_spread=timing.spread, reference_ms=self.reference_ms(), checks=checks, **base)
 
     def _timed_window(self, window: WindowJudge, checks: int) -> Reply:
-        """The worker's time step, its checked runs handed to ``window`` as they end (the
-        worker waits for the answer, so it keeps one run's outputs at a time); the step's
-        final reply. A forged hand-over raises ``WorkerGone``."""
+        """The worker's time step, its checked runs handed to ``window`` as they end (the worker waits for the
+        answer, so it keeps one run's outputs at a time); the step's final reply. A forged hand-over raises
+        ``WorkerGone``."""
         step = Time(window.base_seed, secrets.randbits(64), checks, self.main.output_bytes,
                     dataclasses.asdict(self.prepared.timing))
         reply, _ = self.channel.step(step, interim=window.hand)
@@ -366,13 +358,11 @@ class Evaluator:
                 room: Callable[[], contextlib.AbstractContextManager] | None = None) -> dict[str, Any]:
         """The profile of candidate ``source`` (a parent), as ``ProfileRecord.to_dict()``.
 
-        The platform's profiler runs the candidate at the main shapes, or a reduced shape for a
-        large problem (``fitness.profile_shape``), with the device to itself while it uses it (the
-        lane held exclusively, never during a timing, and the device's lock between processes, as a
-        timed window); without one, or once it has failed, the record is the analytic roofline from
-        ``runtime_ms`` (the evaluator's median) and says why in its ``reason``. ``room()``, where given,
-        is entered before the lane while the profiled program is on the device (an actor's admission).
-        ``ProblemError``: the problem's ``FLOPS`` is unusable."""
+        The platform's profiler runs the candidate at the main shapes, or a reduced shape for a large problem
+        (``fitness.profile_shape``), with the device to itself while it uses it (the lane held exclusively, and
+        the device's lock between processes); without one, or once it has failed, the record is the analytic
+        roofline from ``runtime_ms`` and says why in its ``reason``. ``room()``, where given, is entered before
+        the lane while the program is on the device (an actor's admission). ``ProblemError``: unusable ``FLOPS``."""
         alone = device_alone(self.lane, self.platform)
         record = profile_candidate(self.profiler, self.prepared.reference_path, self.prepared.shapes, source,
                                    self.platform.name, getattr(self.platform, "index", 0),
@@ -400,9 +390,6 @@ class Evaluator:
 
     def close(self) -> None:  # stops the worker
         self.channel.discard()
-
-    def __enter__(self) -> "Evaluator":
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()

@@ -191,11 +191,16 @@ def test_export_writes_the_best_kernel(killed_and_resumed, tmp_path):
     with RunStore.open(run_dir / STORE_FILE, readonly=True) as store:
         best = store.best(1)[0]
     printed = kevo("export", run_dir, timeout=120)
-    assert printed.returncode == 0 and printed.stdout == best.source
+    header, _, body = printed.stdout.partition("\n\n")
+    assert printed.returncode == 0 and body == best.source  # the kernel as judged, under its header
+    assert header.startswith(f"# kevo export: kernel {best.id} ") and all(
+        line.startswith("#") for line in header.splitlines())
+    # on the CPU there is no torch.compile to compare with, and the header says why
+    assert "# vs torch.compile: no clean torch.compile time: torch.compile is timed on a GPU only" in header
     written = kevo("export", run_dir, "-o", tmp_path / "best.py", timeout=120)
-    assert written.returncode == 0 and written.stdout == ""
-    assert (tmp_path / "best.py").read_text() == best.source
-    assert source_hash((tmp_path / "best.py").read_text()) == best.source_hash
+    assert written.returncode == 0 and written.stdout == "" and "no clean torch.compile time" in written.stderr
+    assert (tmp_path / "best.py").read_text() == printed.stdout
+    assert source_hash((tmp_path / "best.py").read_text().partition("\n\n")[2]) == best.source_hash
 
 
 def test_usage_errors_exit_2_with_one_line(killed_and_resumed, tmp_path):

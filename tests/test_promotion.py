@@ -16,7 +16,7 @@ from evolve.search.confirm import CONFIRMED_EVENT, confirm_top, rounds_for
 from evolve.search.loop import STATE_KEY, Search, run_search
 from evolve.search.population import Candidate, faster, ranked, survivors
 from evolve.session import search_space
-from fitness import EvalResult, Status
+from fitness import EvalResult, Incumbent, Status
 from operators.selector import improved
 from platforms.timing import MIN_GAIN
 from population_store import ACCEPTED, Individual, RunStore, source_hash
@@ -101,6 +101,10 @@ class RoundTimer:
         return EvalResult(Status.ACCEPTED, "", max_abs_diff=0.0, runtime_ms=self.times[source][r],
                           runtime_spread=self.spread, reference_ms=4.0, platform="cuda")
 
+    def time_incumbent(self, job: Incumbent) -> EvalResult:
+        """torch.compile at ``times["compile"]`` (``"compile_tf32"`` with TF32), eager at 4 ms."""
+        return self.evaluate("compile_tf32" if job.tf32 else "compile")
+
 
 @pytest.fixture
 def stored_run(tmp_path):
@@ -123,9 +127,10 @@ def stored_run(tmp_path):
 def test_the_top_kernels_are_timed_again_interleaved_and_the_speedup_has_an_interval(stored_run):
     store, ids = stored_run
     timer = RoundTimer({"b": [1.00, 0.98, 1.01], "a": [1.00, 1.00, 0.99], "c": [1.5, 1.5, 1.5],
-                        "s": [2.0, 2.1, 1.9]})
+                        "s": [2.0, 2.1, 1.9], "compile": [1.2] * 3})
     data = confirm_top(store, InProcessDispatcher(timer), None)  # 3 rounds on a GPU by default
-    assert timer.order == ["b", "a", "c", "s"] * 3  # interleaved: fastest first, then the best's seed
+    # interleaved: fastest first, then the best's seed, then torch.compile
+    assert timer.order == ["b", "a", "c", "s", "compile"] * 3
     assert data["rounds"] == 3 and data["best"] == ids["b"] and data["seed"] == ids["s"]
     over = data["speedup_over_seed"]
     assert (over["low"], over["median"], over["high"]) == pytest.approx((1.9 / 1.01, 2.0, 2.1 / 0.98))
@@ -148,7 +153,8 @@ def test_a_kernel_not_accepted_again_keeps_why_and_the_report_says_it(stored_run
                                   platform="cuda")
             return result
 
-    timer = OneRoundOutOfMemory({"b": [1.0] * 3, "a": [1.0] * 3, "c": [1.5] * 3, "s": [2.0] * 3})
+    timer = OneRoundOutOfMemory({"b": [1.0] * 3, "a": [1.0] * 3, "c": [1.5] * 3, "s": [2.0] * 3,
+                                 "compile": [1.0] * 3})
     data = confirm_top(store, InProcessDispatcher(timer), None)
     assert data["failed"] == [{"id": ids["b"], "statuses": ["out_of_memory", "accepted", "accepted"],
                                "reasons": ["kevo's worker ran out of memory during time"]}]
@@ -156,6 +162,7 @@ def test_a_kernel_not_accepted_again_keeps_why_and_the_report_says_it(stored_run
     line = next(line for line in sol_lines(build_report(store, store.path.parent)) if line.startswith("confirmed"))
     assert (f"kernel {ids['b']} was not accepted again (out_of_memory, accepted, accepted): "
             "kevo's worker ran out of memory during time") in line
+    assert data["vs_compile"] == {"why": "the best was not accepted in every round of timing again"}
 
 
 def test_no_rounds_on_the_cpu_unless_asked_and_the_report_says_so(stored_run):

@@ -13,7 +13,7 @@ from tests.conftest import PROBLEMS
 import fitness.evaluator as evaluator_module
 from evolve.budget import saved, share_saved
 from evolve.config import ConfigError, config_from_dict, load_config
-from evolve.report import Outcome, format_sweep_summary, sweep_summary
+from evolve.report_sweep import Outcome, format_sweep_summary, sweep_summary
 from evolve.report_sol import sol_figures, sol_lines
 from evolve.search.loop import LoopState, stop_reason
 from fitness import EvalResult, Status
@@ -141,9 +141,11 @@ def test_the_report_shows_sol_for_the_best_eager_and_torch_compile_and_flags_bel
             "floor": {"source": "measured"}, "below_floor": False}
     figures = sol_figures(best, compiled_ms=2.5)
     lines = sol_lines({"speed_of_light": figures, "best": best, "below_floor": [], "confirmed": None,
-                       "unconfirmed": "", "within_noise": [], "confinement": ["landlock+netns"]})
-    assert lines[0].startswith("sol        best 0.5, eager 0.25, torch.compile 0.4 of the speed of light")
-    assert "1 ms left on the table" in lines[0] and lines[-1] == "confined   landlock+netns"
+                       "unconfirmed": "", "within_noise": [], "confinement": ["landlock+netns"],
+                       "vs_compile": {"why": "not timed"}})
+    assert lines[0] == "vs compile no clean torch.compile time: not timed"  # the headline, even without a figure
+    assert lines[1].startswith("sol        best 0.5, eager 0.25, torch.compile 0.4 of the speed of light")
+    assert "1 ms left on the table" in lines[1] and lines[-1] == "confined   landlock+netns"
     flagged = {**best, "runtime_ms": 0.5, "sol": 1.0, "below_floor": True, "below_floor_reason": "right on every"}
     lines = sol_lines({"speed_of_light": sol_figures(flagged), "best": flagged, "below_floor": [7],
                        "confirmed": None, "unconfirmed": "", "within_noise": [], "confinement": []})
@@ -164,8 +166,8 @@ def test_the_sweep_summary_shows_sol_left_on_the_table_and_flags():
     assert runs["bad"]["left_ms"] is None and summary["below_floor"] == ["odd"]
     text = format_sweep_summary(summary)
     assert "| SOL best | SOL eager | SOL compile | left ms |" in text
-    assert "| gelu | finished | 0 | 3.02 | 3.04 | 1.01x | 0.96 | 0.95 | - | 0.12 |" in text
-    assert "| odd | finished | 0 | 0.5 | 3 | 6x | below floor! |" in text
+    assert "| gelu | finished | 0 | 3.02 | - | 3.04 | 1.01x | 0.96 | 0.95 | - | 0.12 |" in text
+    assert "| odd | finished | 0 | 0.5 | - | 3 | 6x | below floor! |" in text
     assert "FLAGGED: the best of odd read below the floor" in text
 
 

@@ -19,7 +19,7 @@ import yaml
 from tests.conftest import PROBLEMS, ROOT, SMALL_SHAPES
 
 from evolve.config import ConfigError
-from evolve.report import Outcome, format_sweep_summary, sweep_summary
+from evolve.report_sweep import Outcome, format_sweep_summary, sweep_summary
 from evolve.session import STORE_FILE
 from evolve.sweep import SUMMARY_FILE, run_sweep
 from evolve.sweep_file import load_sweep

@@ -7,7 +7,7 @@ import io
 from rich.console import Console
 
 from evolve.progress import SweepProgress
-from evolve.report import Outcome
+from evolve.report_sweep import Outcome
 
 
 def _line(outcome: Outcome) -> str:

@@ -1,9 +1,8 @@
 """What runs in a Ray actor: warm evaluators of one device, built from ``EvaluatorSpec``s.
 
-``EvaluatorSpec`` (``evolve.dispatch.spec``) is plain, picklable values (the problem, its shapes,
-the cutoff, the evaluation settings). ``EvaluatorActor`` is the class each Ray
-actor instantiates (``evolve.dispatch.ray`` wraps it with ``ray.remote``);
-it imports nothing of Ray, so it also runs, and is tested, in-process.
+``EvaluatorSpec`` (``evolve.dispatch.spec``) is plain, picklable values (the problem, its shapes, the cutoff,
+the evaluation settings). ``EvaluatorActor`` is the class each Ray actor instantiates (``evolve.dispatch.ray``
+wraps it with ``ray.remote``); it imports nothing of Ray, so it also runs, and is tested, in-process.
 """
 
 from __future__ import annotations
@@ -21,8 +20,7 @@ from typing import Any
 
 from evolve.dispatch.base import evaluator_info, plan_info
 from evolve.dispatch.spec import EvaluatorSpec, workers_beside
-from fitness import (CutoffError, EvalResult, Evaluator, Incumbent, Job, NoRoomNow, PreparedProblem, ProblemError,
-                     Status)
+from fitness import CutoffError, EvalResult, Evaluator, Incumbent, Job, NoRoomNow, PreparedProblem, ProblemError, Status
 from fitness.ahead import compile_ahead
 from fitness.lane import TimingLane
 from platforms import Platform, PlatformUnavailable, get_platform
@@ -106,8 +104,7 @@ class EvaluatorActor:
         self._errors: dict[EvaluatorSpec, Exception] = {}
         # Workers of a forgotten problem's evaluators, reset, for the next problem's (a worker takes seconds to start)
         self._spare: list[Any] = []
-        self._profiling = threading.Condition()  # held while counting the profiles in flight
-        self._profiles = 0
+        self._profiling, self._profiles = threading.Condition(), 0  # held while counting the profiles in flight
 
     def prepare(self, spec: EvaluatorSpec) -> dict[str, Any]:
         """Build the evaluators of ``spec``, one per slot that fits and one per evaluation that may compile
@@ -131,13 +128,10 @@ class EvaluatorActor:
                 self._give_back(spec, evaluator)
 
     def evaluate(self, spec: EvaluatorSpec, source: Job) -> tuple[int, EvalResult]:
-        """(this actor's pid, the verdict on ``source``); its evaluator taken once admitted, or to compile ahead.
-        The incumbent (``fitness.Incumbent``) is timed with the device to itself."""
+        """(this actor's pid, the verdict on ``source``); its evaluator taken once admitted, or to compile ahead."""
         evaluator: Evaluator | None = None
         try:
-            if isinstance(source, Incumbent):
-                if spec not in self._prepared:
-                    self._give_back(spec, self._taken(spec))
+            if isinstance(source, Incumbent):  # torch.compile of the reference, with the device to itself
                 with self._admitted(spec, alone=True):
                     evaluator = self._taken(spec)
                     return os.getpid(), evaluator.time_incumbent(source)
@@ -303,14 +297,12 @@ class EvaluatorActor:
                 self._profiles -= 1
                 self._profiling.notify_all()
 
-    def lane_stats(self) -> dict[str, float]:
-        """How busy this device's timing lane has been since the actor started."""
+    def lane_stats(self) -> dict[str, float]:  # how busy the device's timing lane has been since the actor started
         return self.lane.stats()
 
     def close(self, wait_s: float = 10.0) -> int:
-        """Stop the evaluators' workers; this process's id. A profile in flight has its tool stopped,
-        and is waited for (up to ``wait_s``) while its temporary folder goes: the driver kills the
-        actor next (and removes what a worker being started meanwhile left: ``Fleet.kill_all``)."""
+        """Stop the evaluators' workers; this process's id. A profile in flight has its tool stopped, and is waited
+        for (up to ``wait_s``) while its temporary folder goes: the driver kills the actor next (``Fleet.kill_all``)."""
         from platforms.profiling.runner import stop_tools
 
         deadline = time.monotonic() + wait_s

@@ -80,7 +80,7 @@ def confirm_top(store: RunStore, dispatcher: Dispatcher, configured: int | None,
         return None
     platform = (top[0].result or {}).get("platform", "")
     rounds = rounds_for(configured, platform)
-    seed = _seed_of(store, top[0])
+    seed = seed_of(store, top[0])
     kernels = top + ([seed] if seed.id not in {k.id for k in top} else [])
     incumbents = incumbents_for(platform, top[0].source)
     jobs: list[Job] = [*(kernel.source for kernel in kernels), *incumbents]
@@ -212,7 +212,7 @@ def _told_apart(best: dict[str, Any], other: dict[str, Any]) -> bool:
                                        other["runtime_spread"]))
 
 
-def _seed_of(store: RunStore, individual: Individual) -> Individual:
+def seed_of(store: RunStore, individual: Individual) -> Individual:
     """The generation-0 kernel ``individual`` descends from through first parents."""
     while individual.parents:
         individual = store.get(individual.parents[0])

@@ -1,0 +1,199 @@
+"""torch.compile as the incumbent of every run on a GPU (fitness.incumbent, evolve.search.confirm):
+timed in the end-of-run rounds beside the best and its seed, and every figure a user reads is the
+best over it with an interval, or why there is none. The timers here are the tests' own; the real
+incumbent's timing runs on a GPU (tests/test_gpu.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from evolve.config import config_from_dict
+from evolve.dispatch.base import InProcessDispatcher
+from evolve.report import build_report
+from evolve.report_sweep import Outcome, format_sweep_summary, sweep_summary
+from evolve.report_sol import compile_line, sol_lines
+from evolve.search.confirm import NO_INCUMBENT, confirm_top, incumbents_for
+from fitness import EvalResult, Incumbent, Status
+from fitness.incumbent import matmul_precision
+from population_store import Individual, RunStore, source_hash
+from tests.conftest import PROBLEMS
+
+TF32_KERNEL = "@triton.jit\ndef k(a, b):\n    c = tl.dot(a, b)\n"
+IEEE_KERNEL = "@triton.jit\ndef k(a, b):\n    c = tl.dot(a, b, input_precision='ieee')\n"
+
+
+class Clock:
+    """Runtimes per job and round, as the test sets them: a kernel by its source, torch.compile as
+    ``compile`` (``compile_tf32`` with TF32 allowed), eager always at ``eager_ms``."""
+
+    def __init__(self, times: dict[str, list[float]], spread: float = 0.01, eager_ms: float = 4.0,
+                 platform: str = "cuda", compile_fails: str = "") -> None:
+        self.times, self.spread, self.eager_ms, self.platform = times, spread, eager_ms, platform
+        self.compile_fails, self.order, self.rounds = compile_fails, [], {}
+
+    def _record(self, name: str) -> EvalResult:
+        self.order.append(name)
+        r = self.rounds[name] = self.rounds.get(name, -1) + 1
+        return EvalResult(Status.ACCEPTED, "", max_abs_diff=0.0, runtime_ms=self.times[name][r],
+                          runtime_spread=self.spread, reference_ms=self.eager_ms, platform=self.platform)
+
+    def evaluate(self, source: str) -> EvalResult:
+        return self._record(source)
+
+    def time_incumbent(self, job: Incumbent) -> EvalResult:
+        if self.compile_fails:
+            self.order.append("compile")
+            return EvalResult(Status.RUNTIME_ERROR, self.compile_fails, platform=self.platform)
+        return self._record("compile_tf32" if job.tf32 else "compile")
+
+
+def stored(tmp_path, best_source: str = "best", platform: str = "cuda") -> RunStore:
+    """A run's store: a seed at 2 ms and its child, the best, at 1 ms."""
+    config = config_from_dict({"problem": {"reference": str(PROBLEMS / "matmul" / "reference.py"),
+                                           "seeds": [str(PROBLEMS / "matmul" / "seed.py")]}}, origin="test")
+    store = RunStore.create(tmp_path / "run.sqlite", config.to_dict())
+    seed = store.add_individual(Individual(None, "seed", source_hash("seed"), 0, 0, "seed", [], {}))
+    store.set_result(seed, EvalResult(Status.ACCEPTED, "", 0.0, 2.0, 0.01, 4.0, platform, "GPU").to_dict(),
+                     "accepted", 2.0)
+    best = store.add_individual(Individual(None, best_source, source_hash(best_source), 1, 0, "mutation",
+                                           [seed], {}))
+    store.set_result(best, EvalResult(Status.ACCEPTED, "", 0.0, 1.0, 0.01, 4.0, platform, "GPU").to_dict(),
+                     "accepted", 1.0)
+    return store
+
+
+def test_torch_compile_is_timed_in_every_round_and_the_best_is_read_against_it(tmp_path):
+    store = stored(tmp_path)
+    clock = Clock({"best": [1.0, 1.02, 0.98], "seed": [2.0, 2.0, 2.0], "compile": [0.80, 0.82, 0.79]})
+    data = confirm_top(store, InProcessDispatcher(clock), None)
+    assert clock.order == ["best", "seed", "compile"] * 3  # interleaved, one turn of each per round
+    over = data["vs_compile"]
+    ratios = [0.80 / 1.0, 0.82 / 1.02, 0.79 / 0.98]
+    assert (over["low"], over["ratio"], over["high"]) == pytest.approx((min(ratios), sorted(ratios)[1], max(ratios)))
+    assert over["faster"] == "torch.compile" and over["rounds"] == 3
+    assert over["compile_ms"] == pytest.approx(0.80) and over["eager_ms"] == 4.0
+    assert over["vs_eager"]["ratio"] == pytest.approx(4.0)
+    assert over["seed"]["ratio"] == pytest.approx(0.40)  # the seed against torch.compile, same rounds
+    assert "vs_compile_tf32" not in data  # the best fixes no precision below fp32
+    report = build_report(store, tmp_path)
+    assert report["vs_compile"] == over  # kevo report --json
+    line = next(line for line in sol_lines(report) if line.startswith("vs compile"))
+    assert "torch.compile is faster, by 24" in line and "over 3 rounds" in line  # a loss is never a win
+    store.close()
+
+
+def test_a_best_that_beats_torch_compile_beyond_noise_says_so(tmp_path):
+    store = stored(tmp_path)
+    clock = Clock({"best": [1.0] * 2, "seed": [2.0] * 2, "compile": [1.5, 1.6]})
+    data = confirm_top(store, InProcessDispatcher(clock), 2)
+    assert data["vs_compile"]["faster"] == "kevo" and data["vs_compile"]["ratio"] == pytest.approx(1.55)
+    assert "kevo's kernel is faster beyond noise" in compile_line(data["vs_compile"])
+    store.close()
+
+
+def test_within_noise_is_neither_a_win_nor_a_clear_loss(tmp_path):
+    store = stored(tmp_path)
+    clock = Clock({"best": [1.0] * 3, "seed": [2.0] * 3, "compile": [0.995, 1.0, 0.99]}, spread=0.05)
+    data = confirm_top(store, InProcessDispatcher(clock), None)
+    assert data["vs_compile"]["faster"] == "neither"
+    assert "(within noise)" in compile_line(data["vs_compile"])
+    store.close()
+
+
+@pytest.mark.parametrize("source, timed", [(TF32_KERNEL, True), (IEEE_KERNEL, False),
+                                           (IEEE_KERNEL.replace("ieee", "tf32x3"), True)])
+def test_a_best_below_fp32_is_also_read_against_torch_compile_with_tf32(tmp_path, source, timed):
+    store = stored(tmp_path, best_source=source)
+    clock = Clock({source: [1.0] * 3, "seed": [2.0] * 3, "compile": [3.0] * 3, "compile_tf32": [0.9] * 3})
+    data = confirm_top(store, InProcessDispatcher(clock), None)
+    assert ("compile_tf32" in clock.order) is timed
+    assert data["vs_compile"]["ratio"] == pytest.approx(3.0)
+    if timed:
+        assert data["vs_compile_tf32"]["ratio"] == pytest.approx(0.9)
+        lines = sol_lines(build_report(store, tmp_path))
+        assert any("best 0.9x torch.compile with TF32 allowed" in line for line in lines)
+    store.close()
+
+
+def test_no_incumbent_off_the_gpu_and_the_reason_stands_in_its_place(tmp_path):
+    assert incumbents_for("cpu", TF32_KERNEL) == [] and incumbents_for("rocm", "x") == [Incumbent()]
+    store = stored(tmp_path, platform="cpu")
+    report = build_report(store, tmp_path)  # no rounds by default on the CPU
+    assert report["vs_compile"] == {"why": NO_INCUMBENT}
+    clock = Clock({"best": [1.0] * 2, "seed": [2.0] * 2}, platform="cpu")
+    data = confirm_top(store, InProcessDispatcher(clock), 2)  # rounds asked for: kernels only
+    assert "compile" not in clock.order and data["vs_compile"] == {"why": NO_INCUMBENT}
+    assert compile_line(build_report(store, tmp_path)["vs_compile"]).startswith("no clean torch.compile time")
+    store.close()
+
+
+def test_a_torch_compile_that_fails_is_the_reason(tmp_path):
+    store = stored(tmp_path)
+    clock = Clock({"best": [1.0] * 3, "seed": [2.0] * 3}, compile_fails="torch.compile failed: BackendCompilerFailed")
+    data = confirm_top(store, InProcessDispatcher(clock), None)
+    assert data["vs_compile"] == {"why": "torch.compile failed: BackendCompilerFailed"}
+    assert data["speedup_over_seed"]["median"] == pytest.approx(2.0)  # the kernels' rounds still count
+    store.close()
+
+
+def test_a_run_not_stopped_yet_says_why_there_is_no_figure(tmp_path):
+    store = stored(tmp_path)
+    assert build_report(store, tmp_path)["vs_compile"] == {"why": "the top kernels are timed again when the run stops"}
+    store.close()
+
+
+def outcome(name: str, ratio: float | None, faster: str = "neither", why: str = "") -> Outcome:
+    figures = {"why": why} if ratio is None else {"ratio": ratio, "low": ratio * 0.98, "high": ratio * 1.02,
+                                                  "faster": faster}
+    return Outcome(name, "finished", best_ms=1.0, reference_ms=2.0, speedup=2.0, vs_compile=figures)
+
+
+def test_the_sweep_summary_gives_fast_p_and_the_geometric_mean_over_torch_compile():
+    outcomes = [outcome("a", 0.5, "torch.compile"), outcome("b", 2.0, "kevo"), outcome("c", 1.2, "kevo"),
+                outcome("d", None, why=NO_INCUMBENT), Outcome("e", "failed")]
+    summary = sweep_summary(outcomes)
+    over = summary["vs_compile"]
+    assert over["problems"] == 3 and over["fast_1"] == pytest.approx(2 / 5) and over["fast_1.5"] == pytest.approx(1 / 5)
+    assert over["geomean"] == pytest.approx((0.5 * 2.0 * 1.2) ** (1 / 3))
+    assert over["slower"] == ["a"] and over["without"] == {"d": NO_INCUMBENT}
+    assert summary["fast_1"] == pytest.approx(4 / 5)  # eager's figures stay beside them
+    text = format_sweep_summary(summary)
+    assert "| a | finished | 0 | 1 | 0.5x (0.49-0.51) |" in text
+    assert "torch.compile is faster beyond noise on: a" in text and "geometric mean 1.06x" in text
+
+
+def test_tf32_is_allowed_only_inside_the_block():
+    import torch
+
+    before = torch.get_float32_matmul_precision()
+    with matmul_precision(True):
+        assert torch.get_float32_matmul_precision() == "high"
+    assert torch.get_float32_matmul_precision() == before
+
+
+def test_export_describes_the_kernel_as_it_is(tmp_path):
+    """A seed whose comment and dot say ieee, mutated to tf32x3: the header says what the code does,
+    that its comments were its seed's, and how it stands against torch.compile."""
+    from evolve.export import HEADER_MARK, export_text
+
+    seed_source = (PROBLEMS / "matmul" / "seed.py").read_text()
+    best_source = seed_source.replace('input_precision="ieee"', 'input_precision="tf32x3"')
+    config = config_from_dict({"problem": {"reference": str(PROBLEMS / "matmul" / "reference.py"),
+                                           "seeds": [str(PROBLEMS / "matmul" / "seed.py")]}}, origin="test")
+    with RunStore.create(tmp_path / "run.sqlite", config.to_dict()) as store:
+        seed = store.add_individual(Individual(None, seed_source, source_hash(seed_source), 0, 0, "seed", [], {}))
+        best = store.add_individual(Individual(None, best_source, source_hash(best_source), 1, 0,
+                                               "parametric_mutation", [seed], {}))
+        for ind, ms in ((seed, 2.0), (best, 1.0)):
+            store.set_result(ind, EvalResult(Status.ACCEPTED, "", 0.0, ms, 0.01, 4.0, "cuda", "H200").to_dict(),
+                             "accepted", ms)
+        clock = Clock({best_source: [1.0] * 3, seed_source: [2.0] * 3, "compile": [0.9] * 3,
+                       "compile_tf32": [0.5] * 3})
+        confirm_top(store, InProcessDispatcher(clock), None)
+        text = export_text(store, store.get(best))
+    header, _, body = text.partition("\n\n")
+    assert body == best_source and header.startswith(HEADER_MARK)
+    assert "dot precision: matmul_kernel.dot[0] tf32x3" in header
+    assert "comments below were written for its seed, whose dots multiplied at ieee" in header
+    assert "best 0.9x torch.compile (0.9-0.9x over 3 rounds): torch.compile is faster, by 11.1%" in header
+    assert "best 0.5x torch.compile with TF32 allowed" in header
