@@ -27,6 +27,7 @@
 #   bash bench/gpu_round.sh ncu-compute            # sm__throughput beside the one-pass parts kevo reads instead
 #   bash bench/gpu_round.sh extract                # kevo extract over every level-3 model
 #   bash bench/gpu_round.sh gemm                   # levels 1 and 2's GEMMs from compile seeds: the precision table
+#   bash bench/gpu_round.sh vs-compile             # bench/kernelbench_vs_compile.yaml: best and seed over torch.compile, clean clock
 #   bash bench/gpu_round.sh level1-seeds           # seeds: compile over all of level 1 at own shapes (runs/kb-level1, resumable;
 #                                                  # L1_PROBLEMS="31 34-100": those only; L1_DIR=runs/NAME: another run dir;
 #                                                  # L1_SIDE: runs side by side, default 4; L1_WALL: a run's wall limit, default 90 s)
@@ -514,6 +515,16 @@ sec_extract() {  # kevo extract alone over level-3 models at their own shapes (E
         # each model's exit code and seconds, apart from the section's log (which its stderr fills)
         echo "$m rc=$? $SECONDS" >> "$OUT/extract_rc.log"
     done
+}
+
+sec_vs_compile() {  # bench/kernelbench_vs_compile.yaml: level-1 problems at own shapes, the best and its seed
+    # over torch.compile on the clean clock (the end-of-run rounds); VS_DIR: the run dir (runs/kb-vs-compile)
+    local dir=${VS_DIR:-runs/kb-vs-compile}
+    sed "s#\.\./\.\./shared/kernelbench#$KB#" bench/kernelbench_vs_compile.yaml > "$OUT/vs_compile.yaml"
+    sweep_or_resume "$dir" "$OUT/vs_compile.yaml" > "$OUT/vs_compile.txt"
+    timeout 120 python3 -m evolve.cli report "$dir" > "$OUT/vs_compile_report.txt"
+    timeout 120 python3 bench/compile_sweep_table.py "$dir" --json "$OUT/vs_compile_table.json" \
+        > "$OUT/vs_compile_table.md"
 }
 
 for name in "$@"; do

@@ -130,3 +130,23 @@ def test_an_idle_worker_gives_back_what_its_checks_held():
     assert done.returncode == 0, done.stderr[-2000:]
     held = int(done.stdout.split("held")[-1])
     assert held < 1 << 30, f"{held / 2**30:.2f} GiB still reserved after a full release"
+
+
+def test_torch_compile_is_timed_as_the_incumbent_by_the_same_clock(gpu_evaluator):
+    """fitness.incumbent on a real GPU: torch.compile of the reference, checked against it, timed alone
+    with eager beside it; for this memory-bound op both near the seed's own time, and TF32 changes nothing."""
+    from fitness import Incumbent
+
+    seed = gpu_evaluator.evaluate(SEED)
+    compiled = gpu_evaluator.time_incumbent(Incumbent())
+    assert compiled.status is Status.ACCEPTED and compiled.reason == "", compiled.reason
+    assert compiled.max_abs_diff <= gpu_evaluator.cutoff
+    assert compiled.runtime_ms > 0 and compiled.reference_ms > 0 and compiled.runtime_spread is not None
+    # the same few hundred MB moved by all three: within a factor of two of each other
+    assert 0.5 < compiled.runtime_ms / seed.runtime_ms < 2 and 0.5 < compiled.reference_ms / seed.runtime_ms < 2
+    import torch
+
+    before = torch.get_float32_matmul_precision()
+    tf32 = gpu_evaluator.time_incumbent(Incumbent(tf32=True))
+    assert tf32.status is Status.ACCEPTED and torch.get_float32_matmul_precision() == before
+    assert gpu_evaluator.evaluate(SEED).status is Status.ACCEPTED  # the judge still judges after it
