@@ -28,6 +28,7 @@
 #   bash bench/gpu_round.sh extract                # kevo extract over every level-3 model
 #   bash bench/gpu_round.sh gemm                   # levels 1 and 2's GEMMs from compile seeds: the precision table
 #   bash bench/gpu_round.sh vs-compile             # bench/kernelbench_vs_compile.yaml: best and seed over torch.compile, clean clock
+#   bash bench/gpu_round.sh seed-gap               # the seed's time four ways at own shapes; torch.compile dynamic and default
 #   bash bench/gpu_round.sh level1-seeds           # seeds: compile over all of level 1 at own shapes (runs/kb-level1, resumable;
 #                                                  # L1_PROBLEMS="31 34-100": those only; L1_DIR=runs/NAME: another run dir;
 #                                                  # L1_SIDE: runs side by side, default 4; L1_WALL: a run's wall limit, default 90 s)
@@ -525,6 +526,13 @@ sec_vs_compile() {  # bench/kernelbench_vs_compile.yaml: level-1 problems at own
     timeout 120 python3 -m evolve.cli report "$dir" > "$OUT/vs_compile_report.txt"
     timeout 120 python3 bench/compile_sweep_table.py "$dir" --json "$OUT/vs_compile_table.json" \
         > "$OUT/vs_compile_table.md"
+}
+
+sec_seed_gap() {  # where a torch.compile seed's time goes at own shapes (bench/seed_gap.py over the vs-compile
+    # problems; GAP_ONLY: name prefixes, default the first four)
+    sed "s#\.\./\.\./shared/kernelbench#$KB#" bench/kernelbench_vs_compile.yaml > "$OUT/vs_compile.yaml"
+    timeout "$(left)" python3 bench/seed_gap.py "$OUT/vs_compile.yaml" --only ${GAP_ONLY:-32_ 19_ 23_ 40_} \
+        --out "$OUT/seed_gap.json" > "$OUT/seed_gap.md"
 }
 
 for name in "$@"; do
