@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import math
-import types
 import typing
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from evolve.typed import Context, build, plain
 from fitness.problem import DTYPES
 from operators import CROSSOVER, LLM_CROSSOVER, LLM_MUTATION, MUTATION, SearchSpace, SpaceError
 from operators.llm import Price, ReasoningEffort
@@ -36,6 +35,13 @@ class PlatformName(str, enum.Enum):
     CUDA = "cuda"
     ROCM = "rocm"
     CPU = "cpu"
+
+
+class Baseline(str, enum.Enum):
+    """What a speedup is over: eager PyTorch (the reference as written), or torch.compile of it."""
+
+    EAGER = "eager"
+    COMPILE = "compile"
 
 
 class OperatorName(str, enum.Enum):
@@ -83,7 +89,8 @@ class SearchConfig:
     max_evaluations: int = 400  # candidates evaluated in all, seeds included
     max_generations: int | None = None
     max_wall_time_s: float | None = None  # summed over resumes; at it, what is in flight is left pending
-    target_speedup: float | None = None  # stop once the best kernel is this much faster than the reference
+    target_speedup: float | None = None  # stop once the best kernel is this much faster than speedup_over
+    speedup_over: Baseline = Baseline.EAGER  # compile: target_speedup against torch.compile (timed once, on a GPU)
     patience: int | None = None  # stop after this many generations without a faster kernel
     stop_at_sol: float | None = None  # stop once the best reaches this share of the speed of light (0 < x <= 1)
     confirm_rounds: int | None = None  # time the top kernels again at the end, interleaved; None: 3 on a GPU, 0 else
@@ -168,7 +175,7 @@ class Config:
 
     def to_dict(self) -> dict[str, Any]:
         """The resolved config as plain JSON-ready data (what a run stores)."""
-        return _plain(self)
+        return plain(self)
 
 
 # --- reading ------------------------------------------------------------------------
@@ -202,7 +209,7 @@ def config_from_dict(data: Any, origin: str, base_dir: Path | None = None) -> Co
     problem = data.get("problem") if isinstance(data, dict) else None
     if isinstance(problem, dict) and problem.get("seeds") == COMPILE_SEEDS:
         data = {**data, "problem": {**problem, "seeds": [], "compile_seed": True}}
-    config = _build(Config, data, "", _Context(origin, base_dir))
+    config = build(Config, data, "", Context(origin, base_dir, ConfigError))
     given = data.get("operators") if isinstance(data, dict) else None
     if config.llm.online and not (isinstance(given, dict) and "weights" in given):
         # a model is what the user pays for: with one named and no weights of their own, ask it
@@ -210,89 +217,6 @@ def config_from_dict(data: Any, origin: str, base_dir: Path | None = None) -> Co
                                                                            weights=dict(LLM_WEIGHTS)))
     _check_values(config, origin)
     return config
-
-
-@dataclasses.dataclass(frozen=True)
-class _Context:
-    origin: str
-    base_dir: Path | None
-
-    def error(self, where: str, message: str) -> ConfigError:
-        return ConfigError(f"{self.origin}: {where}: {message}" if where else f"{self.origin}: {message}")
-
-
-def _build(cls: type, data: Any, where: str, ctx: _Context) -> Any:
-    if not isinstance(data, dict):
-        raise ctx.error(where, f"expected a mapping of keys, got {_show(data)}")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    hints = typing.get_type_hints(cls)
-    unknown = [k for k in data if k not in fields]
-    if unknown:
-        key = f"{where}.{unknown[0]}" if where else str(unknown[0])
-        raise ctx.error("", f"unknown key '{key}' (known keys{' of ' + where if where else ''}: {', '.join(fields)})")
-    values = {}
-    for name, field in fields.items():
-        key = f"{where}.{name}" if where else name
-        if name in data:
-            values[name] = _convert(data[name], hints[name], key, ctx)
-        elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
-            raise ctx.error("", f"{key} is required")
-    return cls(**values)
-
-
-def _convert(value: Any, hint: Any, where: str, ctx: _Context) -> Any:
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        (inner,) = [a for a in args if a is not type(None)]
-        return _convert(value, inner, where, ctx)
-    if dataclasses.is_dataclass(hint):
-        return _build(hint, value, where, ctx)
-    if origin in (list, tuple):
-        if not isinstance(value, list):
-            raise ctx.error(where, f"expected a list, got {_show(value)}")
-        items = [_convert(v, args[0], f"{where}[{i}]", ctx) for i, v in enumerate(value)]
-        return tuple(items) if origin is tuple else items
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ctx.error(where, f"expected a mapping, got {_show(value)}")
-        return {_convert(k, args[0], where, ctx): _convert(v, args[1], f"{where}.{k}", ctx) for k, v in value.items()}
-    if isinstance(hint, type) and issubclass(hint, enum.Enum):
-        choices = [m.value for m in hint]
-        if value not in choices:
-            raise ctx.error(where, f"{_show(value)} is not one of {', '.join(choices)}")
-        return hint(value)
-    if hint is Path:
-        if not isinstance(value, str) or not value:
-            raise ctx.error(where, f"expected a file path, got {_show(value)}")
-        path = Path(value).expanduser()
-        if not path.is_absolute() and ctx.base_dir is not None:
-            path = ctx.base_dir / path
-        return path.resolve()
-    if hint is bool:
-        if type(value) is not bool:
-            raise ctx.error(where, f"expected true or false, got {_show(value)}")
-        return value
-    if hint is int:
-        if type(value) is not int:
-            raise ctx.error(where, f"expected an integer, got {_show(value)}")
-        return value
-    if hint is float:
-        # PyYAML reads 1e-6 (no dot) as a string: accept a string that is a number.
-        if isinstance(value, str):
-            try:
-                value = float(value)
-            except ValueError:
-                pass
-        if type(value) not in (int, float) or not math.isfinite(value):
-            raise ctx.error(where, f"expected a number, got {_show(value)}")
-        return float(value)
-    if hint is str:
-        if not isinstance(value, str):
-            raise ctx.error(where, f"expected a string, got {_show(value)}")
-        return value
-    raise TypeError(f"config field {where} has a type the loader does not know: {hint!r}")
 
 
 def _check_values(config: Config, origin: str) -> None:
@@ -378,22 +302,3 @@ def _check_llm(config: Config, require: typing.Callable[[bool, str, str], None])
     require(seeded or config.search.max_evaluations >= llm.initial_seeds, "llm.initial_seeds",
             f"must be at most search.max_evaluations ({config.search.max_evaluations}): the first kernels "
             "are evaluated within the budget")
-
-
-def _show(value: Any) -> str:
-    kind = "a list" if isinstance(value, list) else "a mapping" if isinstance(value, dict) else None
-    return kind or repr(value)
-
-
-def _plain(value: Any) -> Any:
-    if dataclasses.is_dataclass(value):
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, Path):
-        return str(value)
-    if isinstance(value, dict):
-        return {_plain(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value

@@ -197,3 +197,63 @@ def test_export_describes_the_kernel_as_it_is(tmp_path):
     assert "comments below were written for its seed, whose dots multiplied at ieee" in header
     assert "best 0.9x torch.compile (0.9-0.9x over 3 rounds): torch.compile is faster, by 11.1%" in header
     assert "best 0.5x torch.compile with TF32 allowed" in header
+
+
+class SearchClock:
+    """The seed at 2 ms, every child at ``child_ms``, torch.compile at ``compile_ms``, on ``platform``."""
+
+    def __init__(self, child_ms: float, compile_ms: float, platform: str = "cuda") -> None:
+        self.child_ms, self.compile_ms, self.platform, self.incumbents = child_ms, compile_ms, platform, 0
+
+    def evaluate(self, source: str) -> EvalResult:
+        ms = 2.0 if source_hash(source) == source_hash(MATMUL_SEED) else self.child_ms
+        return EvalResult(Status.ACCEPTED, "", max_abs_diff=0.0, runtime_ms=ms, runtime_spread=0.01,
+                          reference_ms=4.0, platform=self.platform)
+
+    def time_incumbent(self, job: Incumbent) -> EvalResult:
+        self.incumbents += 1
+        return EvalResult(Status.ACCEPTED, "", max_abs_diff=0.0, runtime_ms=self.compile_ms, runtime_spread=0.01,
+                          reference_ms=4.0, platform=self.platform)
+
+
+MATMUL_SEED = (PROBLEMS / "matmul" / "seed.py").read_text()
+
+
+def searched(tmp_path, clock: SearchClock, search: dict) -> tuple[str, RunStore]:
+    from evolve.search.loop import Search, run_search
+    from evolve.session import search_space
+
+    config = config_from_dict({"problem": {"reference": str(PROBLEMS / "matmul" / "reference.py"),
+                                           "seeds": [str(PROBLEMS / "matmul" / "seed.py")]},
+                               "search": {"population_size": 4, "max_evaluations": 40, "seed": 1,
+                                          "confirm_rounds": 0, **search}, "platform": "cpu"}, origin="test")
+    store = RunStore.create(tmp_path / "run.sqlite", config.to_dict())
+    reason = run_search(Search(store, InProcessDispatcher(clock), config, [MATMUL_SEED],
+                               search_space(config, [MATMUL_SEED])))
+    return reason, store
+
+
+def test_target_speedup_can_be_set_against_torch_compile(tmp_path):
+    from evolve.search.loop import INCUMBENT_EVENT
+
+    # children run 1 ms: 4x eager, but only 1.5x torch.compile (1.5 ms); a target of 2x over it is never met
+    clock = SearchClock(child_ms=1.0, compile_ms=1.5)
+    reason, store = searched(tmp_path / "unmet", clock, {"target_speedup": 2.0, "speedup_over": "compile"})
+    assert reason.startswith("max_evaluations reached") and clock.incumbents == 1  # timed once a run
+    assert store.events(INCUMBENT_EVENT)[-1]["data"]["runtime_ms"] == 1.5
+    store.close()
+    reason, store = searched(tmp_path / "met", SearchClock(child_ms=1.0, compile_ms=1.5),
+                             {"target_speedup": 1.4, "speedup_over": "compile"})
+    assert reason == "target_speedup reached (1.5x >= 1.4x over torch.compile)"
+    store.close()
+    reason, store = searched(tmp_path / "eager", SearchClock(child_ms=1.0, compile_ms=1.5), {"target_speedup": 3.0})
+    assert reason == "target_speedup reached (4x >= 3x)"  # over eager, as before: no torch.compile timed
+    assert store.events(INCUMBENT_EVENT) == []
+    store.close()
+
+
+def test_a_target_over_torch_compile_off_the_gpu_is_refused_with_the_reason(tmp_path):
+    from evolve.search.loop import SearchError
+
+    with pytest.raises(SearchError, match="speedup_over: compile cannot be met on platform 'cpu'"):
+        searched(tmp_path, SearchClock(1.0, 1.5, platform="cpu"), {"target_speedup": 2.0, "speedup_over": "compile"})

@@ -37,22 +37,25 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from evolve.config import Config
+from evolve.config import Baseline, Config
 from evolve.dispatch.base import Dispatcher
 from evolve.search.asking import Ask, LlmOperators, Proposes
 from evolve.search.flight import Flight
 from evolve.search.history import History
 from evolve.search.ledger import Ledger
-from evolve.search.confirm import confirm_top
+from evolve.search.confirm import GPU_PLATFORMS, NO_INCUMBENT, confirm_top
 from evolve.search.population import Candidate, faster, migrate, select_parents, survivors
 from evolve.search.steering import ParentProfiles, Steering
 from evolve.search.variation import Breeder, Child, llm_seed_children, seed_children, seed_space
-from population_store import RunStore
+from fitness import Incumbent, Status
+from population_store import ACCEPTED, RunStore
 
 log = logging.getLogger(__name__)
 
 STATE_KEY = "loop"
 AT_SOL = "at the speed of light"  # the stop reason of search.stop_at_sol (a sweep reads it)
+INCUMBENT_EVENT = "incumbent"  # torch.compile's record, where a stop is set against it (search.speedup_over)
+INCUMBENT_KEY = -(1 << 40)  # its dispatcher key: no individual's, no confirm round's
 
 
 class SearchError(Exception):
@@ -72,6 +75,7 @@ class LoopState:
     best_speedup: float | None = None
     best_spread: float | None = None  # of best_ms: a kernel replaces it only when faster beyond noise
     best_sol: float | None = None  # its speed of light (None: no floor, or it read below the floor)
+    compile_ms: float | None = None  # torch.compile's time, timed once where a stop is set against it
     stale: int = 0  # generations since best_ms last improved
     elapsed_s: float = 0.0  # wall time spent searching, over all sessions
     in_flight: list[int] = dataclasses.field(default_factory=list)  # ids submitted, result not yet in
@@ -122,6 +126,8 @@ def run_search(search: Search) -> str:
         breeder.history.note(seeded)
         _note_progress(state, seeded)
         _checkpoint(store, state, 0, rng, ledger, clock, flight, breeder)
+    if cfg.speedup_over is Baseline.COMPILE and state.compile_ms is None:
+        state.compile_ms = _incumbent_ms(search)  # before anything else is in flight
     islands = [[Candidate.from_individual(store.get(i)) for i in ids] for ids in state.islands]
     flight.resume(state.in_flight)
     spare = max(0, search.dispatcher.capacity - 1)  # in flight when a generation closes
@@ -198,8 +204,12 @@ def stop_reason(state: LoopState, config: Config, elapsed_s: float) -> str | Non
     cfg = config.search
     if state.evaluations >= cfg.max_evaluations:
         return f"max_evaluations reached ({cfg.max_evaluations})"
-    if cfg.target_speedup is not None and (state.best_speedup or 0) >= cfg.target_speedup:
-        return f"target_speedup reached ({state.best_speedup:.3g}x >= {cfg.target_speedup:g}x)"
+    over_compile = cfg.speedup_over is Baseline.COMPILE
+    speedup = (state.compile_ms / state.best_ms if state.compile_ms and state.best_ms else None) if over_compile \
+        else state.best_speedup
+    if cfg.target_speedup is not None and (speedup or 0) >= cfg.target_speedup:
+        return (f"target_speedup reached ({speedup:.3g}x >= {cfg.target_speedup:g}x"
+                + (" over torch.compile)" if over_compile else ")"))
     if cfg.stop_at_sol is not None and (state.best_sol or 0) >= cfg.stop_at_sol:
         return f"{AT_SOL} (SOL {state.best_sol:.2f} >= {cfg.stop_at_sol:g})"
     if cfg.max_generations is not None and state.generation >= cfg.max_generations:
@@ -301,6 +311,24 @@ def _accepted_seeds(seeds: list[Candidate], failures: list[str], llm: bool = Fal
         what = "none of the first kernels the LLM was asked for is accepted" if llm else "no seed kernel is accepted"
         raise SearchError(f"{what}, so there is nothing to evolve ({'; '.join(verdicts)})")
     return accepted
+
+
+def _incumbent_ms(search: Search) -> float:
+    """torch.compile's time, for a target set against it (``search.speedup_over: compile``): timed once a run
+    through the dispatcher, with the device to itself (``fitness.Incumbent``), and recorded
+    (``INCUMBENT_EVENT``); ``SearchError`` where there is none (the CPU platform, torch.compile failed)."""
+    accepted = search.store.individuals(ACCEPTED)
+    platform = (accepted[0].result or {}).get("platform", "") if accepted else ""
+    if platform not in GPU_PLATFORMS:
+        raise SearchError(f"search.speedup_over: compile cannot be met on platform {platform!r}: {NO_INCUMBENT}")
+    search.dispatcher.submit(INCUMBENT_KEY, Incumbent())
+    _, record = search.dispatcher.next_result()
+    search.store.record_event(INCUMBENT_EVENT, record.to_dict())
+    if record.status is not Status.ACCEPTED or not record.runtime_ms:
+        raise SearchError(f"search.speedup_over: compile: torch.compile was not timed ({record.reason})")
+    log.info("torch.compile runs %.4g ms (eager %.4g ms): target_speedup is against it", record.runtime_ms,
+             record.reference_ms or float("nan"))
+    return record.runtime_ms
 
 
 def _shares(state: LoopState, config: Config, asked: int = 0) -> list[int]:
