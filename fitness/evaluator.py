@@ -181,7 +181,7 @@ class Evaluator(contextlib.AbstractContextManager):
 
     def time_incumbent(self, job: Incumbent) -> EvalResult:
         """torch.compile of the reference timed by this evaluator's clock with the device to itself, eager beside
-        it (``fitness.incumbent``): what every speed a user reads is against. GPU only."""
+        it (``fitness.incumbent``): what every speed a user reads is against (a run asks for it on a GPU only)."""
         try:
             return time_incumbent(self.prepared, self.lane, job, dict(platform=self.platform.name,
                                                                       device_name=self.channel.device_name()))

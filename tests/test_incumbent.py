@@ -257,3 +257,52 @@ def test_a_target_over_torch_compile_off_the_gpu_is_refused_with_the_reason(tmp_
 
     with pytest.raises(SearchError, match="speedup_over: compile cannot be met on platform 'cpu'"):
         searched(tmp_path, SearchClock(1.0, 1.5, platform="cpu"), {"target_speedup": 2.0, "speedup_over": "compile"})
+
+
+def test_the_real_incumbent_is_compiled_checked_and_timed_through_each_dispatcher():
+    """Evaluator.time_incumbent itself (the CPU runs torch.compile's C++ there: a time, not a figure
+    kevo reports), through the in-process dispatcher and a Ray actor's class in this process."""
+    import torch
+
+    from evolve.dispatch.actor import EvaluatorActor, EvaluatorSpec
+    from fitness import Evaluator
+
+    reference, shapes = str(PROBLEMS / "elementwise" / "reference.py"), {"batch_size": 4, "dim": 64}
+    with Evaluator(reference, platform="cpu", shapes=shapes) as evaluator:
+        dispatcher = InProcessDispatcher(evaluator)
+        dispatcher.submit(1, Incumbent())
+        key, record = dispatcher.next_result()
+        assert key == 1 and record.status is Status.ACCEPTED and record.reason == ""
+        assert record.max_abs_diff <= evaluator.cutoff and record.runtime_ms > 0 and record.reference_ms > 0
+        assert record.runtime_spread is not None and record.platform == "cpu"
+        before = torch.get_float32_matmul_precision()
+        assert evaluator.time_incumbent(Incumbent(tf32=True)).status is Status.ACCEPTED
+        assert torch.get_float32_matmul_precision() == before  # TF32 allowed only while it was timed
+        assert len(evaluator.prepared.incumbents) == 2  # compiled once per precision, kept for the next round
+        seed = (PROBLEMS / "elementwise" / "seed.py").read_text()
+        assert evaluator.evaluate(seed).status is Status.ACCEPTED  # the judge still judges beside it
+    actor = EvaluatorActor(slots=2)
+    try:
+        _, record = actor.evaluate(EvaluatorSpec(reference, platform="cpu", shapes=shapes), Incumbent())
+        assert record.status is Status.ACCEPTED and record.runtime_ms > 0
+    finally:
+        actor.close()
+
+
+def test_a_reference_torch_compile_cannot_compile_is_a_record_that_says_so(monkeypatch):
+    """torch.compile failing at its first call (as Inductor does, compiling lazily) is the record's reason."""
+    import torch
+
+    from fitness import Evaluator
+
+    def compile_that_fails(model):
+        def first_call(*args):
+            raise RuntimeError("backend compiler failed: this model refuses to be compiled")
+        return first_call
+
+    monkeypatch.setattr(torch, "compile", compile_that_fails)
+    with Evaluator(str(PROBLEMS / "elementwise" / "reference.py"), platform="cpu",
+                   shapes={"batch_size": 4, "dim": 64}) as evaluator:
+        record = evaluator.time_incumbent(Incumbent())
+    assert record.status is Status.RUNTIME_ERROR and record.runtime_ms is None
+    assert record.reason.startswith("torch.compile failed: RuntimeError: backend compiler failed")
