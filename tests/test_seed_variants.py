@@ -45,8 +45,10 @@ def recordings() -> list[dict]:
     return [json.loads(line) for line in RECORDINGS.read_text(encoding="utf-8").splitlines()]
 
 
-def recording(problem: str, variant: str) -> dict:
-    return next(e for e in recordings() if e["problem"] == problem and e["variant"] == variant)
+def recording(problem: str, variant: str, static: bool = False) -> dict:
+    """The fixture of ``problem`` under ``variant`` (with every size static: the fast path's capture)."""
+    return next(e for e in recordings()
+                if e["problem"] == problem and e["variant"] == variant and bool(e.get("static")) == static)
 
 
 def problem_file(name: str) -> Path:
@@ -64,12 +66,17 @@ def converted(problem: str, variant: str) -> str:
 
 def replay(captured: list | None = None):
     """A stand-in for ``evolve.capture.inductor.capture`` that hands back the recordings."""
-    def capture(path, device="cuda", mode=None, time_it=True, shapes=None, dtype=None, variant=None, form=None):
+    def capture(path, device="cuda", mode=None, time_it=True, shapes=None, dtype=None, variant=None, form=None,
+                static=False):
         stem = Path(path).stem
         problem = f"{Path(path).parent.name}/{stem}" if Path(path).parent.parent == PROBLEMS else stem
+        variant = variant or "default"
         if captured is not None:
-            captured.append(variant)
-        entry = recording(problem, variant)
+            captured.append(f"{variant} static" if static else variant)
+        try:
+            entry = recording(problem, variant, static)
+        except StopIteration:  # as a capture that fails: the caller says why
+            raise RuntimeError(f"no recording of {problem} under {variant} (static: {static})") from None
         return {**entry, "codes": list(entry["codes"])}
     return capture
 
@@ -185,7 +192,9 @@ def test_compile_seeds_keeps_one_seed_per_program_named_by_its_configuration(rep
     assert seeds[0].duplicates == ("coordinate_descent", "max_autotune")
     assert all(f"Inductor configuration: {s.variant}" in s.source for s in seeds)
     assert seeds[1].kernels == ["triton_red_fused_mean_pow_sub_0", "triton_red_fused_mean_pow_sub_1"]
-    assert replayed == PLAIN
+    assert replayed == [*PLAIN, "default static"]  # the default seed's fast path, captured last
+    assert "if _at_main_shapes(main):" in seeds[0].source and "fast_path" in seeds[0].recording
+    assert "_at_main_shapes" not in seeds[1].source  # the other configurations' seeds are as Inductor wrote them
     assert dict(seeds[0].skipped) == {"attention_math": "not captured: the default code calls no fused "
                                                         "attention kernel to decompose"}
 
@@ -194,7 +203,7 @@ def test_a_configuration_that_cannot_change_the_program_is_not_captured(replayed
     from evolve.capture.seed import compile_seeds
 
     (gelu,) = compile_seeds(PROBLEMS / "gelu" / "reference.py")
-    assert replayed == ["default", "coordinate_descent", "max_autotune"]  # a pointwise has no reduction
+    assert replayed == ["default", "coordinate_descent", "max_autotune", "default static"]  # no reduction
     assert dict(gelu.skipped).keys() == {"looped_reductions", "no_split_reductions", "attention_math"}
     replayed.clear()
     matmul, tf32, tf32x3, split, persistent = compile_seeds(PROBLEMS / "matmul" / "reference.py")

@@ -15,30 +15,27 @@ problem's inputs, and returns a *recording*: a JSON-able dict with
 - ``outputs``, the versions, and eager/compiled runtimes (``do_bench``, and
   ``compiled_protocol_ms``: the compiled model timed the way kevo times a
   candidate);
-- where its time went: ``compile_s`` (compiling and the first run, autotuning included),
-  ``timing_s`` (the runtimes), ``retried_s`` (each attempt in another form before, below).
+- where its time went: ``compile_s`` (compiling and the first run, autotuning included), ``timing_s`` (the
+  runtimes), ``retried_s`` (each attempt in another form before, below).
 
 ``operators.seeds.convert`` turns a recording into a candidate file; the recordings under
 ``tests/fixtures/inductor/`` were made here, so the conversion is tested without a GPU.
 
-``variant`` names one of ``VARIANTS``: the Inductor configuration the capture is
-made under (persistent or looped reductions, split reductions off, coordinate-descent
-tuning, max-autotune with its Triton GEMM and convolution templates, and those
-templates with ``scaled_dot_product_attention`` traced by its math:
-``entry["attention"] == "math"``), recorded as ``entry["variant"]`` and
-``entry["inductor_config"]``; ``evolve.capture.seed.compile_seeds`` captures a
-problem under each and keeps the distinct programs. Every benchmark Inductor
-times takes the device's timed-window lock (``evolve.capture.room``).
+``variant`` names one of ``VARIANTS``: the Inductor configuration the capture is made under
+(persistent or looped reductions, split reductions off, coordinate-descent tuning, max-autotune
+with its Triton GEMM and convolution templates, and those templates with
+``scaled_dot_product_attention`` traced by its math: ``entry["attention"] == "math"``), recorded
+as ``entry["variant"]`` and ``entry["inductor_config"]``; ``evolve.capture.seed.compile_seeds``
+captures a problem under each and keeps the distinct programs. Every benchmark Inductor times
+takes the device's timed-window lock (``evolve.capture.room``).
 
-``device="cpu"`` compiles with Inductor's Triton backend for the CPU
-(``cpu_backend="triton"``) and runs its kernels under Triton's interpreter
-(``_cpu_triton``): real Inductor output, templates and their autotuning
-included, made without a GPU. Its heuristics are the CPU's (two "SMs" on a
-two-core machine: splits and block sizes differ from a GPU's); its
-kernels' autotuners launch their first config (no pick is recorded), while
-max-autotune's template benchmark runs, under the interpreter. kevo's CPU
-fixtures of the configuration variants (``tests/fixtures/seed_variants/``) are
-made this way; ``kevo seed`` itself still asks for a GPU.
+``device="cpu"`` compiles with Inductor's Triton backend for the CPU (``cpu_backend="triton"``)
+and runs its kernels under Triton's interpreter (``_cpu_triton``): real Inductor output,
+templates and their autotuning included, made without a GPU. Its heuristics are the CPU's (two
+"SMs" on a two-core machine: splits and block sizes differ from a GPU's); its kernels'
+autotuners launch their first config (no pick is recorded), while max-autotune's template
+benchmark runs, under the interpreter. kevo's CPU fixtures of the configuration variants
+(``tests/fixtures/seed_variants/``) are made this way; ``kevo seed`` itself asks for a GPU.
 """
 
 from __future__ import annotations
@@ -162,7 +159,7 @@ def _protocol_ms(forward: Any, inputs: Any) -> float:
 
 def capture(path: str | Path, device: str = "cuda", mode: str | None = None, time_it: bool = True,
             shapes: dict[str, int] | None = None, dtype: str | None = None,
-            variant: str | None = None, form: dict[str, bool] | None = None) -> dict[str, Any]:
+            variant: str | None = None, form: dict[str, bool] | None = None, static: bool = False) -> dict[str, Any]:
     """The recording of Inductor's output for the problem at ``path`` (see the module doc),
     compiled and run at the problem's own shapes or ``shapes`` (and ``dtype``, if given),
     under the Inductor configuration ``variant`` (a name of ``VARIANTS``; "default" if None).
@@ -179,8 +176,8 @@ def capture(path: str | Path, device: str = "cuda", mode: str | None = None, tim
 
     ``mode="max-autotune-triton"`` (the variant "max_autotune") lets Inductor
     benchmark its Triton templates for matmuls and convolutions instead of
-    calling an extern library. Raises whatever compiling or running raises;
-    the caller words it.
+    calling an extern library. ``static=True``: every size static, as a user's ``torch.compile``
+    has them (``operators.seeds.fast_path``). Raises what compiling or running raises.
     """
     if mode not in (None, *MODES):
         raise ValueError(f"unknown capture mode {mode!r} (known: {', '.join(MODES)})")
@@ -199,13 +196,14 @@ def capture(path: str | Path, device: str = "cuda", mode: str | None = None, tim
             try:
                 with _quiet("torch._guards", "torch._dynamo", "torch.fx.experimental.symbolic_shapes") \
                         if strict else contextlib.nullcontext():
-                    entry = _capture(Path(path), device, mode, time_it, shapes, dtype, variant, strict, oblivious)
+                    entry = _capture(Path(path), device, mode, time_it, shapes, dtype, variant, strict, oblivious,
+                                     static)
                     return {**entry, "retried_s": retries, "form": {"strict": strict, "oblivious": oblivious}}
             except Exception as exc:
                 retries.append(round(time.perf_counter() - started, 2))
-                if oblivious and _broke_a_broadcast(exc):
+                if oblivious and not static and _broke_a_broadcast(exc):
                     oblivious = False  # a size of 1 kept symbolic cannot broadcast (a bias shaped (C, 1, 1))
-                elif strict and ("ConstraintViolation" in type(exc).__name__
+                elif strict and not static and ("ConstraintViolation" in type(exc).__name__
                                  or "specialized it to be a constant" in str(exc)):
                     strict = False
                 else:
@@ -309,7 +307,8 @@ def _quiet(*names: str) -> Iterator[None]:
 
 
 def _capture(path: Path, device: str, mode: str | None, time_it: bool, shapes: dict[str, int] | None,
-             dtype: str | None, variant: str, strict: bool, oblivious: bool = True) -> dict[str, Any]:
+             dtype: str | None, variant: str, strict: bool, oblivious: bool = True,
+             static: bool = False) -> dict[str, Any]:
     import torch
     import torch.fx.experimental._config as fx_config
     import triton
@@ -323,7 +322,7 @@ def _capture(path: Path, device: str, mode: str | None, time_it: bool, shapes: d
     model = build_model(problem.Model, problem, 0, device)
     inputs = make_inputs(problem, 1, device)
     mark = torch._dynamo.mark_dynamic if strict else torch._dynamo.maybe_mark_dynamic
-    for value in [*inputs, *model.parameters(), *model.buffers()]:
+    for value in [] if static else [*inputs, *model.parameters(), *model.buffers()]:
         if isinstance(value, torch.Tensor):
             for dim in range(value.dim()):
                 mark(value, dim)
@@ -343,9 +342,9 @@ def _capture(path: Path, device: str, mode: str | None, time_it: bool, shapes: d
     # compile in this process: kernels built in a compile worker reach us pickled, and
     # their autotuning (the config picked) would not be seen here
     patches: dict[str, Any] = {"compile_threads": 1, **VARIANTS[variant]}
-    compiled = torch.compile(model, dynamic=True, backend=backend)
+    compiled = torch.compile(model, dynamic=not static, backend=backend)
     entry: dict[str, Any] = {"problem": path.stem, "mode": mode, "variant": variant,
-                             "inductor_config": dict(VARIANTS[variant]), "device": device,
+                             "inductor_config": dict(VARIANTS[variant]), "device": device, "static": static,
                              "shapes": dict(shapes or {}), "static_dims": not strict,
                              "torch": torch.__version__, "triton": triton.__version__}
     if variant in MATH_ATTENTION:

@@ -1,52 +1,45 @@
 """Seeds from torch.compile: ``kevo seed``, ``problem.seeds: compile`` and sweeps without seed files.
 
-``compile_seed(problem_path)`` captures Inductor's output for the problem on
-this machine's GPU (``evolve.capture.inductor``) and converts it into a
-candidate file (``operators.seeds.convert``). A matmul or convolution that
-Inductor hands to an extern library (cuBLAS, cuDNN) is captured again with
-its max-autotune Triton templates, and an attention it hands to a fused ATen
-kernel, by its math with those templates (``attention_math``); where that still calls the library, or
-the code holds anything but Triton kernels, the problem gets no seed and
-``SeedError`` says why in one line.
+``compile_seed(problem_path)`` captures Inductor's output for the problem on this machine's GPU
+(``evolve.capture.inductor``) and converts it into a candidate file (``operators.seeds.convert``). A
+matmul or convolution that Inductor hands to an extern library (cuBLAS, cuDNN) is captured again with
+its max-autotune Triton templates, and an attention it hands to a fused ATen kernel, by its math with
+those templates (``attention_math``); where that still calls the library, or the code holds anything but
+Triton kernels, the problem gets no seed and ``SeedError`` says why in one line.
 
-``compile_seeds(problem_path)`` captures the problem under each of Inductor's
-configurations in ``evolve.capture.inductor.VARIANTS`` (persistent against
-looped reductions, split reductions off, coordinate-descent tuning,
-max-autotune with its Triton GEMM and convolution templates, and where the
-default code calls a fused attention kernel, attention by its math with those
-templates), converts each,
-and keeps one seed per distinct program (``operators.seeds.variants``: equal
-up to tunable numbers, the first configuration in that order keeps it). Each
-seed is named by its configuration, in its header and in
-``CompiledSeed.variant``. A configuration that cannot change what the default
-wrote is not captured (looped reductions without a persistent reduction, split
-reductions off without a reduction); one whose capture or conversion fails is
-left out, its reason kept in ``CompiledSeed.skipped`` of the first seed. Where no configuration
-gives one, the problem's own model is run once uncompiled, and the ``SeedError`` says first if that
-fails too (the problem is broken at these shapes, not Inductor).
-A seed with Inductor's matmul template is followed by its split-K and its
-persistent variants (``operators.seeds.split_k``, ``operators.seeds.persistent``),
-named ``CONFIGURATION_split_k`` and ``CONFIGURATION_persistent``, and a seed with a
-grouped convolution template of one output channel a group by its depthwise
-variant (``operators.seeds.depthwise``, ``CONFIGURATION_depthwise``); a template a
-rewrite declines is named in ``skipped`` with its reason. A distinct seed whose
-matmul or convolution template reads fp32 operands is followed first by its
-precision twins (``operators.seeds.precision``): the same program with its dots
-at ``tf32`` and at ``tf32x3``, named ``CONFIGURATION_tf32`` and
-``CONFIGURATION_tf32x3``, which the cutoff judges like any other seed (kept
-apart from the duplicates, whose key does not tell precisions apart).
-``kevo seed --all`` and ``problem.seeds: compile`` start from all of them.
+``compile_seeds(problem_path)`` captures the problem under each of Inductor's configurations in
+``evolve.capture.inductor.VARIANTS`` (persistent against looped reductions, split reductions off,
+coordinate-descent tuning, max-autotune with its Triton GEMM and convolution templates, and where the
+default code calls a fused attention kernel, attention by its math with those templates), converts each,
+and keeps one seed per distinct program (``operators.seeds.variants``: equal up to tunable numbers, the
+first configuration in that order keeps it). Each seed is named by its configuration, in its header and
+in ``CompiledSeed.variant``. A configuration that cannot change what the default wrote is not captured
+(looped reductions without a persistent reduction, split reductions off without a reduction); one whose
+capture or conversion fails is left out, its reason kept in ``CompiledSeed.skipped`` of the first seed.
+Where no configuration gives one, the problem's own model is run once uncompiled, and the ``SeedError``
+says first if that fails too (the problem is broken at these shapes, not Inductor). A seed with
+Inductor's matmul template is followed by its split-K and its persistent variants
+(``operators.seeds.split_k``, ``operators.seeds.persistent``), named ``CONFIGURATION_split_k`` and
+``CONFIGURATION_persistent``, and a seed with a grouped convolution template of one output channel a
+group by its depthwise variant (``operators.seeds.depthwise``, ``CONFIGURATION_depthwise``); a template
+a rewrite declines is named in ``skipped`` with its reason. A distinct seed whose matmul or convolution
+template reads fp32 operands is followed first by its precision twins (``operators.seeds.precision``):
+the same program with its dots at ``tf32`` and at ``tf32x3``, named ``CONFIGURATION_tf32`` and
+``CONFIGURATION_tf32x3``, which the cutoff judges like any other seed (kept apart from the duplicates,
+whose key does not tell precisions apart). ``kevo seed --all`` and ``problem.seeds: compile`` start from
+all of them.
 
-Convolutions come from the max-autotune configuration, through Inductor's
-Triton convolution template (``operators.seeds.template``), where its
-benchmark picks the template over a 1x1 convolution's extern matmul; such a
-seed holds at the weight sizes it was compiled for (Inductor fixes them).
-What Inductor writes for a GPU is only seen on a GPU: kevo's tests convert
-recordings made on the CPU (``device="cpu"``, Inductor's Triton backend for
-the CPU under the interpreter; ``tests/fixtures/seed_variants/``), whose
-heuristics, splits and autotuning differ from a GPU's. The GPU recordings of
-the templates (``tests/fixtures/inductor/``) hold a matmul only: a
-convolution template captured on a GPU has not been converted and judged yet.
+The default configuration's seed carries a fast path (``operators.seeds.fast_path``): the problem is
+captured once more with every size static, as a user's torch.compile compiles it, and that code runs
+where the forward's arguments are those it was compiled for; the general code holds elsewhere (a skipped
+``default_fast_path`` says why where it cannot be made).
+
+Convolutions come from the max-autotune configuration, through Inductor's Triton convolution template
+(``operators.seeds.template``), where its benchmark picks the template over a 1x1 convolution's extern
+matmul; such a seed holds at the weight sizes it was compiled for (Inductor fixes them). What Inductor
+writes for a GPU is only seen on a GPU: kevo's tests convert recordings made on the CPU
+(``device="cpu"``, Inductor's Triton backend for the CPU under the interpreter;
+``tests/fixtures/seed_variants/``), whose heuristics, splits and autotuning differ from a GPU's.
 """
 
 from __future__ import annotations
@@ -54,10 +47,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from operators.seeds.convert import ConversionError, NotTritonOnly, seed_source
+from operators.seeds.fast_path import fast_path_seed
 from operators.seeds.depthwise import VARIANT as DEPTHWISE, DepthwiseError, depthwise_seed
 from operators.seeds.persistent import VARIANT as PERSISTENT, PersistentError, persistent_seed
 from operators.seeds.precision import PRECISIONS, precision_seed, reads_fp32
@@ -129,7 +124,36 @@ def compile_seed(problem_path: str | Path, device: str = "cuda", shapes: dict[st
             continue
         except ConversionError as exc:
             raise SeedError(f"{problem_path.name}: cannot turn Inductor's code into a seed: {exc}") from None
-        return _seed(recording, source, recording.get("mode"), variant)
+        seed = _seed(recording, source, recording.get("mode"), variant)
+        if variant == "default":
+            seed, why = _with_fast_path(seed, problem_path, problem_source, lambda: capture(
+                problem_path, device=device, shapes=shapes, dtype=dtype, static=True), device)
+            if why:
+                log.info("seed: %s: %s", problem_path.name, why)
+        return seed
+
+
+def _with_fast_path(seed: CompiledSeed, problem_path: Path, problem_source: str,
+                    capture_static: Callable[[], dict[str, Any]], device: str) -> tuple[CompiledSeed, str]:
+    """``seed`` with torch.compile's code at these shapes, every size static (``capture_static()``), as the
+    path its forward takes at them (``operators.seeds.fast_path``); else ``seed`` as it was, and why not."""
+    if seed.recording.get("static_dims"):
+        return seed, "no fast path: the seed's sizes are constants already"
+    started = time.perf_counter()
+    try:
+        recording = capture_static()
+    except Exception as exc:  # compiling the user's model: any error is the problem's
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        return seed, f"no fast path: torch.compile with static sizes failed: {type(exc).__name__}: {reason}"
+    finally:
+        _release(device)
+    try:
+        merged = fast_path_seed(seed.source, seed_source(recording, problem_source), recording)
+    except ConversionError as exc:
+        return seed, f"no fast path: {exc}"
+    log.info("seed: %s: fast path captured in %.1f s", problem_path.name, time.perf_counter() - started)
+    fast = {k: recording.get(k) for k in ("kernels", "compile_s", "compiled_ms", "compiled_protocol_ms")}
+    return dataclasses.replace(seed, source=merged, recording={**seed.recording, "fast_path": fast}), ""
 
 
 def compile_seeds(problem_path: str | Path, device: str = "cuda", shapes: dict[str, int] | None = None,
@@ -222,6 +246,13 @@ def compile_seeds(problem_path: str | Path, device: str = "cuda", shapes: dict[s
                         + "; ".join(f"{name}: {why}" for name, why in skipped))
     kept = distinct(seeds, lambda s: s.source, lambda s: s.variant)
     out = _with_precision_twins([dataclasses.replace(seed, duplicates=tuple(dropped)) for seed, dropped in kept])
+    if out[0].variant == "default":  # torch.compile's static code at these shapes as its fast path
+        out[0], why = _with_fast_path(out[0], problem_path, problem_source, lambda: captured_with_room(
+            lambda: capture(problem_path, device=device, shapes=shapes, dtype=dtype, static=True),
+            problem_path, shapes, dtype, memory_wait_s if device != "cpu" else 0.0, lambda: _release(device),
+            turns=turns), device)
+        if why:
+            skipped.append(("default_fast_path", why))
     # torch.compile as a user gets it (cuBLAS for a GEMM), beside the configuration the first seed came from
     out[0] = dataclasses.replace(out[0], skipped=tuple(skipped), recording={**out[0].recording, **default_times})
     for name, why in skipped:
