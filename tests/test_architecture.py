@@ -8,6 +8,7 @@ still a cycle.
 from __future__ import annotations
 
 import ast
+import warnings
 from pathlib import Path
 
 import pytest
@@ -111,10 +112,17 @@ def test_no_import_cycle_between_modules_even_through_functions():
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
 
 
+#: Past this many lines a module is asked (a warning) whether it holds two ideas; past HARD_LINES it fails.
+ASK_LINES, HARD_LINES = 400, 500
+
+
 @pytest.mark.parametrize("name", sorted(MODULES))
-def test_no_product_module_passes_400_lines(name):
+def test_no_product_module_passes_500_lines(name):
     lines = MODULES[name].read_text(encoding="utf-8").count("\n")
-    assert lines <= 400, f"{MODULES[name].relative_to(ROOT)} has {lines} lines: does it hold two ideas?"
+    where = MODULES[name].relative_to(ROOT)
+    assert lines <= HARD_LINES, f"{where} has {lines} lines: it holds more than one idea; split it by idea"
+    if lines > ASK_LINES:
+        warnings.warn(f"{where} has {lines} lines: does it hold two ideas?", stacklevel=1)
 
 
 # Modules outside platforms/ that name torch's device API as data, not to call it: the
