@@ -30,6 +30,7 @@ import dataclasses
 import math
 import os
 import secrets
+import statistics
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -100,6 +101,9 @@ class ApplyReport:
     #: model's. Well under 1, the forward waits for the host to launch its kernels.
     eager_busy: float | None = None
     patched_busy: float | None = None
+    #: The patched model over torch.compile of the same model, round by round: ``ratio`` (the median),
+    #: ``low``, ``high``, ``rounds``; or ``why`` there is none.
+    vs_compile: dict[str, Any] | None = None
 
     @property
     def speedup(self) -> float | None:
@@ -378,20 +382,40 @@ def _tensors(out: Any) -> list[Any]:
     return [leaf for leaf in tree_leaves(out) if isinstance(leaf, torch.Tensor)]
 
 
+#: Rounds in which eager, torch.compile and the patched model are timed, interleaved.
+ROUNDS = 3
+
+
 def _time(report: ApplyReport, problem: Any, patched: Captured, patch: _Patch, platform: Platform) -> None:
-    """Eager, torch.compile and the patched model, timed as kevo times a kernel."""
+    """Eager, torch.compile and the patched model, timed as kevo times a kernel, in ``ROUNDS`` interleaved
+    rounds (each window alone on the device: ``platforms.device_lock``): the medians, and the patched model
+    over torch.compile with its interval (``vs_compile``)."""
     import torch
 
     eager = build_model(problem.Model, problem, 0, platform.device())
-    timing = timed_forward(platform, eager, problem)
-    report.eager_ms, report.eager_busy = timing.median_ms, timing.busy_share
-    with patched.observed(patch):
-        timing = timed_forward(platform, patched, problem)
-    report.patched_ms, report.patched_busy = timing.median_ms, timing.busy_share
     compiled = torch.compile(build_model(problem.Model, problem, 0, platform.device()))
     try:
         with torch.no_grad():
             compiled(*make_inputs(problem, 0, platform.device()))
-        report.compiled_ms = time_forward(platform, compiled, problem)
     except Exception as exc:  # Inductor on this machine: no figure, and the report says why
         report.reason = f"torch.compile failed here ({type(exc).__name__}): no compiled time"
+        compiled = None
+    times: dict[str, list[float]] = {"eager": [], "patched": [], "compiled": []}
+    for _ in range(ROUNDS):
+        timing = timed_forward(platform, eager, problem)
+        times["eager"].append(timing.median_ms)
+        report.eager_busy = timing.busy_share
+        with patched.observed(patch):
+            timing = timed_forward(platform, patched, problem)
+        times["patched"].append(timing.median_ms)
+        report.patched_busy = timing.busy_share
+        if compiled is not None:
+            times["compiled"].append(time_forward(platform, compiled, problem))
+    report.eager_ms, report.patched_ms = statistics.median(times["eager"]), statistics.median(times["patched"])
+    if times["compiled"]:
+        report.compiled_ms = statistics.median(times["compiled"])
+        ratios = [c / p for c, p in zip(times["compiled"], times["patched"])]
+        report.vs_compile = {"ratio": statistics.median(ratios), "low": min(ratios), "high": max(ratios),
+                             "rounds": ROUNDS}
+    else:
+        report.vs_compile = {"why": report.reason}
