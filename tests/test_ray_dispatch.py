@@ -25,7 +25,7 @@ from tests.conftest import PROBLEMS, ROOT, SMALL_SHAPES
 
 from evolve.config import config_from_dict
 from evolve.session import uses_ray
-from fitness import CutoffError, EvalSettings, Status
+from fitness import CutoffError, EvalSettings, Incumbent, Status
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'ray>=2.50')")
 
@@ -143,6 +143,12 @@ def test_an_actor_with_two_slots_checks_two_candidates_at_once_and_times_one_at_
         results = dict(d.results())
         assert results[9].status is Status.ACCEPTED, results[9]
         assert results[10].status is not Status.ACCEPTED
+        # the incumbent, torch.compile of the reference, through the actor like a candidate (evolve.search.confirm)
+        d.submit(11, Incumbent())
+        d.submit(12, (PROBLEMS / "softmax" / "seed.py").read_text())
+        results = dict(d.results())
+        assert results[11].status is Status.ACCEPTED and results[11].runtime_ms > 0, results[11]
+        assert results[11].reference_ms > 0 and results[12].status is Status.ACCEPTED
 
 
 @pytest.fixture(scope="module")
