@@ -27,7 +27,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from evolve.report_sol import fmt, sol_figures, sol_lines, standing
+from evolve.report_sol import fmt, seed_note, sol_figures, sol_lines, standing
 from evolve.report_time import evaluation_time, time_line
 from evolve.search.loop import STATE_KEY
 from evolve.search.steering import FALLBACK_EVENT, profiling_cost, profiling_line, selector_table
@@ -45,7 +45,8 @@ def build_report(store: RunStore, run_dir: Path) -> dict[str, Any]:
     ``id`` and ``source_hash``, or None when no kernel was accepted.
     ``vs_compile``: the best over torch.compile, ``ratio``, ``low``, ``high`` (and more:
     ``evolve.search.confirm.against_incumbents``), or ``why`` there is none;
-    ``vs_compile_tf32`` beside it where the best multiplies fp32 in TF32 or tf32x3.
+    ``vs_compile_tf32`` beside it where the best multiplies fp32 in TF32 or tf32x3; ``seed_note``: why a
+    seed from torch.compile may not match it (``evolve.report_sol.seed_note``), or "".
     ``llm_usage`` holds the paid LLM requests, tokens and cost (in all and
     ``by_model``); ``operators_by_class`` says, per parent bottleneck class and
     operator (or LLM focus), how many children were made and how many improved
@@ -76,6 +77,7 @@ def build_report(store: RunStore, run_dir: Path) -> dict[str, Any]:
         "top": [_summary(ind) for ind in top],
         "speed_of_light": sol_figures(best, standings["vs_compile"].get("compile_ms")),
         **standings,
+        "seed_note": seed_note(run_dir),
         "confinement": stopped[-1]["data"].get("confinement", []) if stopped else [],
         "lineage": _lineage(store, top[0]) if top else [],
         "llm_usage": store.llm_usage().to_dict(),

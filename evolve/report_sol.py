@@ -16,10 +16,13 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from evolve.search.confirm import CONFIRMED_EVENT, GPU_PLATFORMS, NO_INCUMBENT, rounds_for
 from evolve.search.population import faster
+from evolve.session import RECORDING_FILE
 from fitness.floor import sol
 from population_store import ACCEPTED, Individual, RunStore
 
@@ -57,6 +60,26 @@ def vs_compile(confirmed: dict[str, Any] | None, best: dict[str, Any] | None, wh
     else:
         why = why_unconfirmed
     return {"vs_compile": {"why": why}}
+
+
+def seed_note(run_dir: Path) -> str:
+    """Why a run's seed from torch.compile may not match torch.compile, from what its capture recorded
+    (``seeds: compile``): the default configuration gave no Triton-only seed (an extern library, ATen), or the
+    seed has no fast path at the main shapes (``operators.seeds.fast_path``); "" where neither, or no capture."""
+    try:
+        recording = json.loads((Path(run_dir) / RECORDING_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return ""
+    if not isinstance(recording, dict) or not isinstance(recording.get("skipped") or {}, dict):
+        return ""
+    skipped = recording.get("skipped") or {}
+    variant = recording.get("variant", "default")
+    if variant != "default" and skipped.get("default"):
+        return (f"torch.compile's own code is not Triton only ({skipped['default'][:160]}): the seed is Inductor's "
+                f"{variant} configuration")
+    if variant == "default" and "fast_path" not in recording and skipped.get("default_fast_path"):
+        return f"the seed holds torch.compile's general code only ({skipped['default_fast_path'][:160]})"
+    return ""
 
 
 def compile_line(figures: dict[str, Any] | None, tf32: bool = False) -> str:
@@ -126,6 +149,8 @@ def sol_lines(report: dict[str, Any]) -> list[str]:
         lines.append(f"vs compile {compile_line(report.get('vs_compile'))}")
         if report.get("vs_compile_tf32"):
             lines.append(f"vs compile {compile_line(report['vs_compile_tf32'], tf32=True)}")
+        if report.get("seed_note"):
+            lines.append(f"seed       {report['seed_note']}")
     if figures:
         others = ", ".join(f"{name} {_two(figures[key])}" for name, key in
                            (("eager", "eager"), ("torch.compile", "compiled")) if figures[key] is not None)

@@ -262,7 +262,9 @@ def _read_seeds(config: Config, run_dir: Path | None = None) -> list[str]:
         if run_dir is not None:
             run_dir.mkdir(parents=True, exist_ok=True)
             (run_dir / COMPILED_SEED_FILE).write_text(seeds[0].source, encoding="utf-8")
-            (run_dir / RECORDING_FILE).write_text(json.dumps(seeds[0].recording), encoding="utf-8")
+            # what Inductor wrote for the first seed, and why the other configurations (and its fast path) gave none
+            recording = {**seeds[0].recording, "skipped": dict(seeds[0].skipped)}
+            (run_dir / RECORDING_FILE).write_text(json.dumps(recording), encoding="utf-8")
             for seed in seeds[1:]:  # seed_from_compile.looped_reductions.py, ...
                 (run_dir / COMPILED_SEED_FILE.replace(".py", f".{seed.variant}.py")).write_text(seed.source,
                                                                                                  encoding="utf-8")

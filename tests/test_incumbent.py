@@ -306,3 +306,26 @@ def test_a_reference_torch_compile_cannot_compile_is_a_record_that_says_so(monke
         record = evaluator.time_incumbent(Incumbent())
     assert record.status is Status.RUNTIME_ERROR and record.runtime_ms is None
     assert record.reason.startswith("torch.compile failed: RuntimeError: backend compiler failed")
+
+
+def test_the_report_says_why_a_seed_from_torch_compile_may_not_match_it(tmp_path):
+    import json
+
+    from evolve.report_sol import seed_note
+    from evolve.session import RECORDING_FILE
+
+    assert seed_note(tmp_path) == ""  # seed files, no capture
+    (tmp_path / RECORDING_FILE).write_text(json.dumps({"variant": "max_autotune", "skipped": {
+        "default": "no Triton-only seed: Inductor's call() calls extern_kernels.mm"}}))
+    assert seed_note(tmp_path).startswith("torch.compile's own code is not Triton only (no Triton-only seed: "
+                                          "Inductor's call() calls extern_kernels.mm): the seed is Inductor's "
+                                          "max_autotune configuration")
+    (tmp_path / RECORDING_FILE).write_text(json.dumps({"variant": "default", "skipped": {
+        "default_fast_path": "no fast path: the main shapes' capture made 2 graphs (one is needed)"}}))
+    store = stored(tmp_path)
+    report = build_report(store, tmp_path)
+    assert report["seed_note"].startswith("the seed holds torch.compile's general code only (no fast path")
+    assert any(line.startswith("seed       the seed holds") for line in sol_lines(report))
+    (tmp_path / RECORDING_FILE).write_text(json.dumps({"variant": "default", "fast_path": {}, "skipped": {}}))
+    assert seed_note(tmp_path) == ""
+    store.close()
