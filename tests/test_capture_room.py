@@ -180,7 +180,7 @@ def test_a_capture_says_where_its_time_went_attempts_made_again_included(monkeyp
 
     forms = []
 
-    def fake_capture(path, device, mode, time_it, shapes, dtype, variant, strict, oblivious):
+    def fake_capture(path, device, mode, time_it, shapes, dtype, variant, strict, oblivious, static=False):
         forms.append(strict)
         if strict:
             time.sleep(0.05)
@@ -204,7 +204,7 @@ def test_a_configuration_starts_in_the_form_the_last_one_ended_in(monkeypatch):
 
     attempts: list[tuple[str, bool]] = []
 
-    def fake_capture(path, device, mode, time_it, shapes, dtype, variant, strict, oblivious):
+    def fake_capture(path, device, mode, time_it, shapes, dtype, variant, strict, oblivious, static=False):
         attempts.append((variant, strict))
         if strict:
             raise RuntimeError("Dynamo specialized it to be a constant")
@@ -224,7 +224,7 @@ def test_a_capture_in_a_given_form_records_it_and_a_first_capture_starts_symboli
 
     forms = []
 
-    def fake_capture(path, device, mode, time_it, shapes, dtype, variant, strict, oblivious):
+    def fake_capture(path, device, mode, time_it, shapes, dtype, variant, strict, oblivious, static=False):
         forms.append((strict, oblivious))
         return {"compile_s": 0.1}
 

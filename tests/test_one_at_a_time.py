@@ -61,7 +61,7 @@ def test_one_capture_at_a_time_in_a_process(monkeypatch):
 
     inside: dict[int, object] = {}  # each thread's record, called from inside the capture
 
-    def fake(path, device, mode, time_it, shapes, dtype, variant, strict, oblivious):
+    def fake(path, device, mode, time_it, shapes, dtype, variant, strict, oblivious, static=False):
         inside[threading.get_ident()]()
         return {"variant": variant}
 
