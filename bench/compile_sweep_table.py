@@ -39,7 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from evolve.report_sol import standing  # noqa: E402
+from evolve.report_sol import versus  # noqa: E402
 from evolve.session import COMPILED_SEED_FILE, RECORDING_FILE  # noqa: E402
 from evolve.sweep import FAILED_FILE, SKIPPED_FILE  # noqa: E402
 from fitness.floor import sol  # noqa: E402
@@ -79,6 +79,7 @@ def run_row(run_dir: Path) -> dict:
         everyone = store.individuals()
         best = store.best(1)
         counts = store.status_counts()
+        figures = versus(store, best)["vs_compile"]  # the clean clock's (evolve.report_sol)
     seed = next((i for i in everyone if i.generation == 0 and (seed_source is None or i.source == seed_source)), None)
     row.update(status="finished" if best else "no accepted kernel", evaluations=len(everyone), statuses=counts)
     by_precision: dict[str, list[str]] = {}  # the seeds' verdicts at each precision
@@ -94,16 +95,14 @@ def run_row(run_dir: Path) -> dict:
         row["precision"] = precision(best[0].source)
         row["best_ms"] = best[0].runtime_ms
         row["eager_ms"] = best[0].result.get("reference_ms")
-    with RunStore.open(store_path, readonly=True) as store:  # the clean clock's figures (evolve.report_sol)
-        versus = standing(store, best)["vs_compile"]
-    compiled = versus.get("compile_ms")
-    if versus.get("ratio"):
-        row.update(best_vs_compile=versus["ratio"], best_vs_compile_range=(versus["low"], versus["high"]),
-                   clean_compiled_ms=compiled, faster=versus.get("faster"))
-        if versus.get("seed"):
-            row["seed_vs_compile"] = versus["seed"]["ratio"]
+    compiled = figures.get("compile_ms")
+    if figures.get("ratio"):
+        row.update(best_vs_compile=figures["ratio"], best_vs_compile_range=(figures["low"], figures["high"]),
+                   clean_compiled_ms=compiled, faster=figures.get("faster"))
+        if figures.get("seed"):
+            row["seed_vs_compile"] = figures["seed"]["ratio"]
     else:
-        row["no_clean_compile"] = versus.get("why")
+        row["no_clean_compile"] = figures.get("why")
     floor = (best[0].result or {}).get("floor_ms") if best else None
     if floor:  # every time against the same floor
         result = best[0].result

@@ -184,7 +184,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from evolve.export import export_text, vs_compile_text
+    from evolve.export import export_text
 
     with open_store(args.run_dir, readonly=True) as store:
         best = store.best(1)
@@ -192,7 +192,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         if not best:
             raise UsageError(f"{args.run_dir} has no accepted kernel to export ({format_counts(counts)})")
         kernel = best[0]
-        text, versus = export_text(store, kernel), vs_compile_text(store, kernel)
+        text, versus = export_text(store, kernel)
     if args.output is None:
         sys.stdout.write(text)
         return 0

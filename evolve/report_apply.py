@@ -3,24 +3,7 @@
 from __future__ import annotations
 
 from evolve.capture.apply import ApplyReport
-
-
-def versus_compiled(figures: dict | None) -> str:
-    """The patched model against torch.compile of the same model, as a person reads it.
-
-    >>> versus_compiled({"ratio": 0.8, "low": 0.78, "high": 0.81, "rounds": 3})
-    '0.8x torch.compile (0.78-0.81x over 3 rounds): torch.compile of the same model is faster, by 25%: use it instead'
-    """
-    if not figures or figures.get("ratio") is None:
-        return f"no torch.compile time: {(figures or {}).get('why') or 'not timed'}"
-    text = (f"{figures['ratio']:.3g}x torch.compile ({figures['low']:.3g}-{figures['high']:.3g}x over "
-            f"{figures['rounds']} rounds)")
-    if figures["high"] < 1:
-        slower = 100 * (1 / figures["ratio"] - 1)
-        return text + f": torch.compile of the same model is faster, by {slower:.3g}%: use it instead"
-    if figures["low"] > 1:
-        return text + ": faster than torch.compile in every round"
-    return text + ": not faster than torch.compile in every round"
+from evolve.report_sol import compile_line
 
 
 def applied_lines(r: ApplyReport) -> list[str]:
@@ -51,7 +34,7 @@ def applied_lines(r: ApplyReport) -> list[str]:
         lines.append("compiled   " + (f"{r.compiled_ms:.4g} ms" if r.compiled_ms else "-"))
         lines.append(f"patched    {r.patched_ms:.4g} ms: {r.speedup:.3f}x over eager"
                      + (f", {r.speedup_compiled:.3f}x over torch.compile" if r.speedup_compiled else ""))
-        lines.append(f"vs compile {versus_compiled(r.vs_compile)}")
+        lines.append("vs compile " + compile_line(r.vs_compile, subject="patched model", winner="the patched model"))
         if r.busy_note():
             lines.append(f"           {r.busy_note()}")
     if r.covered:

@@ -4,8 +4,8 @@
   and torch.compile's, against the same floor, and what is left on the table
   (best minus floor). torch.compile's time is the one the end-of-run rounds
   took, with the device to itself (``vs_compile``); none else is used.
-- ``vs_compile``: the best over torch.compile with its interval, or why there
-  is no clean figure; ``compile_line`` says it as the report prints it.
+- ``versus``: the best over torch.compile with its interval (``vs_compile``), or
+  why there is no clean figure; ``compile_line`` says it as the report prints it.
 - ``standing``: the kernels flagged for reading below the floor; what timing
   the top kernels again side by side found (``evolve.search.confirm``), or
   why they were not; and, from the verdicts' spreads alone, the next kernels
@@ -46,9 +46,16 @@ def sol_figures(best: dict[str, Any] | None, compiled_ms: float | None = None) -
             "below_floor_reason": best.get("below_floor_reason", "")}
 
 
-def vs_compile(confirmed: dict[str, Any] | None, best: dict[str, Any] | None, why_unconfirmed: str) -> dict[str, Any]:
-    """``vs_compile`` (and ``vs_compile_tf32`` where it was timed): the best over torch.compile from the
-    end-of-run rounds (``evolve.search.confirm``), or ``{"why": ...}`` where there is no clean figure."""
+def versus(store: RunStore, top: list[Individual]) -> dict[str, Any]:
+    """``vs_compile`` (and ``vs_compile_tf32`` where it was timed): the best of ``top`` over torch.compile
+    from the end-of-run rounds (``evolve.search.confirm``), or ``{"why": ...}`` where there is no clean figure."""
+    confirmed = store.events(CONFIRMED_EVENT)
+    best = top[0].result if top else None
+    why = "" if confirmed or not top else _why_unconfirmed(store.config(), best, store.events("stopped"))
+    return _versus(confirmed[-1]["data"] if confirmed else None, best, why)
+
+
+def _versus(confirmed: dict[str, Any] | None, best: dict[str, Any] | None, why_unconfirmed: str) -> dict[str, Any]:
     if confirmed and confirmed.get("vs_compile"):
         return {key: confirmed[key] for key in ("vs_compile", "vs_compile_tf32") if key in confirmed}
     if best is None:
@@ -82,13 +89,17 @@ def seed_note(run_dir: Path) -> str:
     return ""
 
 
-def compile_line(figures: dict[str, Any] | None, tf32: bool = False) -> str:
-    """One ``vs_compile`` as a person reads it: the ratio with its interval and who is faster, or why
-    there is none.
+def compile_line(figures: dict[str, Any] | None, tf32: bool = False, subject: str = "best",
+                 winner: str = "kevo's kernel") -> str:
+    """One ``vs_compile`` as a person reads it: ``subject``'s ratio with its interval and who is faster
+    (``winner`` where it is ``kevo``), or why there is none.
 
     >>> compile_line({"ratio": 0.8, "low": 0.78, "high": 0.82, "rounds": 3, "faster": "torch.compile",
     ...               "vs_eager": {"ratio": 2.0, "low": 1.9, "high": 2.1}, "seed": None})
     'best 0.8x torch.compile (0.78-0.82x over 3 rounds): torch.compile is faster, by 25%; 2x eager'
+    >>> compile_line({"ratio": 1.3, "low": 1.2, "high": 1.4, "rounds": 3, "faster": "kevo"}, subject="patched model",
+    ...              winner="the patched model")
+    'patched model 1.3x torch.compile (1.2-1.4x over 3 rounds): the patched model is faster beyond noise'
     >>> compile_line({"why": "not timed"})
     'no clean torch.compile time: not timed'
     """
@@ -96,10 +107,10 @@ def compile_line(figures: dict[str, Any] | None, tf32: bool = False) -> str:
     if not figures or figures.get("ratio") is None:
         return f"no clean {what} time: {(figures or {}).get('why', 'not timed')}"
     ratio = figures["ratio"]
-    text = (f"best {ratio:.3g}x {what} ({figures['low']:.3g}-{figures['high']:.3g}x over "
+    text = (f"{subject} {ratio:.3g}x {what} ({figures['low']:.3g}-{figures['high']:.3g}x over "
             f"{figures['rounds']} rounds): ")
     if figures.get("faster") == "kevo":
-        text += "kevo's kernel is faster beyond noise"
+        text += f"{winner} is faster beyond noise"
     elif figures.get("faster") == "torch.compile" or ratio < 1:
         text += f"{what} is faster, by {100 * (1 / ratio - 1):.3g}%"
         if figures.get("faster") != "torch.compile":
@@ -129,7 +140,7 @@ def standing(store: RunStore, top: list[Individual]) -> dict[str, Any]:
     best = top[0].result if top else None
     unconfirmed = "" if confirmed or not top else _why_unconfirmed(store.config(), best, stopped)
     return {
-        **vs_compile(confirmed[-1]["data"] if confirmed else None, best, unconfirmed),
+        **_versus(confirmed[-1]["data"] if confirmed else None, best, unconfirmed),
         "below_floor": [i.id for i in store.individuals(ACCEPTED) if (i.result or {}).get("below_floor")],
         "confirmed": confirmed[-1]["data"] if confirmed else None,
         "unconfirmed": unconfirmed,

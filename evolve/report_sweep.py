@@ -1,6 +1,6 @@
 """What a sweep's runs came to: one ``Outcome`` per run, read from its store, and the field's figures
 over the sweep's problems (``sweep_summary``): KernelBench's fast_p over eager, and the same over
-torch.compile on the clean clock (each run's end-of-run rounds, ``evolve.report_sol.vs_compile``).
+torch.compile on the clean clock (each run's end-of-run rounds, ``evolve.report_sol.versus``).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from evolve.budget import saved, share_saved
-from evolve.report_sol import fmt, sol_figures, standing
+from evolve.report_sol import fmt, sol_figures, versus
 from evolve.report_time import evaluation_time
 from evolve.search.loop import AT_SOL
 from evolve.search.steering import profiling_cost
@@ -35,7 +35,7 @@ class Outcome:
     sol: float | None = None  # the best's speed of light
     eager_sol: float | None = None
     compiled_sol: float | None = None  # torch.compile's, where the run timed it on a clean clock
-    vs_compile: dict[str, Any] | None = None  # the best over torch.compile (evolve.report_sol.vs_compile)
+    vs_compile: dict[str, Any] | None = None  # the best over torch.compile (evolve.report_sol.versus)
     vs_compile_tf32: dict[str, Any] | None = None  # over torch.compile with TF32 allowed, where timed
     below_floor: bool = False  # the best read below the floor: flagged
     at_sol: bool = False  # stopped at the speed of light (search.stop_at_sol)
@@ -75,7 +75,7 @@ def run_outcome(name: str, status: str, reason: str, run_dir: Path) -> Outcome:
         raised = [event["data"] for event in store.events(BUDGET_EVENT)]
         profiling = profiling_cost(store.profiles())
         timing = evaluation_time(store.individuals()) or {}
-        standings = standing(store, best)
+        standings = versus(store, best)
     outcome = Outcome(name, status, reason, evaluations=count, max_evaluations=budget,
                       at_sol=reason.startswith(AT_SOL), profiles=profiling["profiles"],
                       profiling_s=profiling["seconds"], profiling_device_s=profiling["device_s"],
@@ -118,22 +118,18 @@ def sweep_summary(outcomes: list[Outcome]) -> dict[str, Any]:
     n = len(outcomes)
     correct = [o for o in outcomes if o.correct]
     speedups = [o.speedup for o in correct if o.speedup]
-
-    def fast(p: float) -> float:
-        return sum(1 for s in speedups if s > p) / n if n else 0.0
-
-    geomean = _geomean(speedups)
     over_compile = [o.vs_compile["ratio"] for o in correct if (o.vs_compile or {}).get("ratio")]
 
-    def fast_compile(p: float) -> float:
-        return sum(1 for s in over_compile if s > p) / n if n else 0.0
+    def fast(ratios: list[float], p: float) -> float:  # KernelBench's fast_p: over all the problems
+        return sum(1 for s in ratios if s > p) / n if n else 0.0
 
     granted = {o.name: o.extra_evaluations for o in outcomes if o.extra_evaluations}
     return {"problems": n, "correct": len(correct), "fraction_correct": len(correct) / n if n else 0.0,
-            "fast_1": fast(1.0), "fast_1.5": fast(1.5), "fast_2": fast(2.0),
-            "geomean_speedup_correct": geomean,
-            "vs_compile": {"problems": len(over_compile), "fast_1": fast_compile(1.0), "fast_1.5": fast_compile(1.5),
-                           "fast_2": fast_compile(2.0), "geomean": _geomean(over_compile),
+            "fast_1": fast(speedups, 1.0), "fast_1.5": fast(speedups, 1.5), "fast_2": fast(speedups, 2.0),
+            "geomean_speedup_correct": _geomean(speedups),
+            "vs_compile": {"problems": len(over_compile), "fast_1": fast(over_compile, 1.0),
+                           "fast_1.5": fast(over_compile, 1.5), "fast_2": fast(over_compile, 2.0),
+                           "geomean": _geomean(over_compile),
                            "slower": [o.name for o in correct if (o.vs_compile or {}).get("faster") == "torch.compile"],
                            "without": {o.name: o.vs_compile["why"] for o in correct
                                        if (o.vs_compile or {}).get("ratio") is None and o.vs_compile}},

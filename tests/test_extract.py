@@ -288,6 +288,7 @@ def test_apply_accepts_a_right_kernel_from_a_sweep_and_times_the_model(tmp_path)
     # against torch.compile of the same model, round by round: the interpreted kernel loses, and it says so
     versus = report["vs_compile"]
     assert versus["rounds"] == 3 and versus["low"] <= versus["ratio"] <= versus["high"] < 1, versus
+    assert versus["faster"] == "torch.compile"
     assert 0 < report["covered"] < 1 and report["bound"] == pytest.approx(1 / (1 - report["covered"]))
 
 

@@ -190,8 +190,9 @@ def test_export_describes_the_kernel_as_it_is(tmp_path):
         clock = Clock({best_source: [1.0] * 3, seed_source: [2.0] * 3, "compile": [0.9] * 3,
                        "compile_tf32": [0.5] * 3})
         confirm_top(store, InProcessDispatcher(clock), None)
-        text = export_text(store, store.get(best))
+        text, line = export_text(store, store.get(best))
     header, _, body = text.partition("\n\n")
+    assert f"# vs torch.compile: {line}" in header  # what kevo export says on stderr is the header's
     assert body == best_source and header.startswith(HEADER_MARK)
     assert "dot precision: matmul_kernel.dot[0] tf32x3" in header
     assert "comments below were written for its seed, whose dots multiplied at ieee" in header

@@ -102,7 +102,7 @@ class ApplyReport:
     eager_busy: float | None = None
     patched_busy: float | None = None
     #: The patched model over torch.compile of the same model, round by round: ``ratio`` (the median),
-    #: ``low``, ``high``, ``rounds``; or ``why`` there is none.
+    #: ``low``, ``high``, ``rounds``, ``faster`` (who is, in every round); or ``why`` there is none.
     vs_compile: dict[str, Any] | None = None
 
     @property
@@ -415,7 +415,8 @@ def _time(report: ApplyReport, problem: Any, patched: Captured, patch: _Patch, p
     if times["compiled"]:
         report.compiled_ms = statistics.median(times["compiled"])
         ratios = [c / p for c, p in zip(times["compiled"], times["patched"])]
+        faster = "kevo" if min(ratios) > 1 else "torch.compile" if max(ratios) < 1 else "neither"  # every round
         report.vs_compile = {"ratio": statistics.median(ratios), "low": min(ratios), "high": max(ratios),
-                             "rounds": ROUNDS}
+                             "rounds": ROUNDS, "faster": faster}
     else:
         report.vs_compile = {"why": report.reason}

@@ -39,7 +39,9 @@ Convolutions come from the max-autotune configuration, through Inductor's Triton
 matmul; such a seed holds at the weight sizes it was compiled for (Inductor fixes them). What Inductor
 writes for a GPU is only seen on a GPU: kevo's tests convert recordings made on the CPU
 (``device="cpu"``, Inductor's Triton backend for the CPU under the interpreter;
-``tests/fixtures/seed_variants/``), whose heuristics, splits and autotuning differ from a GPU's.
+``tests/fixtures/seed_variants/``), whose heuristics, splits and autotuning differ from a GPU's. The GPU
+recordings of the templates (``tests/fixtures/inductor/``) hold a matmul only: a convolution template
+captured on a GPU has not been converted and judged yet.
 """
 
 from __future__ import annotations

@@ -104,7 +104,8 @@ class EvaluatorActor:
         self._errors: dict[EvaluatorSpec, Exception] = {}
         # Workers of a forgotten problem's evaluators, reset, for the next problem's (a worker takes seconds to start)
         self._spare: list[Any] = []
-        self._profiling, self._profiles = threading.Condition(), 0  # held while counting the profiles in flight
+        self._profiling = threading.Condition()  # held while counting the profiles in flight
+        self._profiles = 0
 
     def prepare(self, spec: EvaluatorSpec) -> dict[str, Any]:
         """Build the evaluators of ``spec``, one per slot that fits and one per evaluation that may compile
@@ -297,12 +298,14 @@ class EvaluatorActor:
                 self._profiles -= 1
                 self._profiling.notify_all()
 
-    def lane_stats(self) -> dict[str, float]:  # how busy the device's timing lane has been since the actor started
+    def lane_stats(self) -> dict[str, float]:
+        """How busy this device's timing lane has been since the actor started."""
         return self.lane.stats()
 
     def close(self, wait_s: float = 10.0) -> int:
         """Stop the evaluators' workers; this process's id. A profile in flight has its tool stopped, and is waited
-        for (up to ``wait_s``) while its temporary folder goes: the driver kills the actor next (``Fleet.kill_all``)."""
+        for (up to ``wait_s``) while its temporary folder goes: the driver kills the actor next (and removes what a
+        worker being started meanwhile left: ``Fleet.kill_all``)."""
         from platforms.profiling.runner import stop_tools
 
         deadline = time.monotonic() + wait_s

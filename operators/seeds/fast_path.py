@@ -88,24 +88,30 @@ def fast_path_seed(general: str, main: str, main_recording: dict[str, Any]) -> s
         f"{indent}    outputs = {CALL_FUNCTION}({general_call['args']}, {general_call['device']})"])
     body = general[:general_call.start()] + dispatch + general[general_call.end():]
     space = _space(general, main, renamed)
-    guard = (f"#: Each argument of the main shapes' code: (sizes, strides) as Inductor's guard for it asserts them\n"
-             f"_MAIN_ARGUMENTS = {arguments!r}\n\n\n"
-             f"def {GUARD}(arguments):\n"
-             f"    \"\"\"Whether ``arguments`` are those the main shapes' code was compiled for.\"\"\"\n"
-             f"    if len(arguments) != len(_MAIN_ARGUMENTS):\n"
-             f"        return False\n"
-             f"    for argument, expected in zip(arguments, _MAIN_ARGUMENTS):\n"
-             f"        if expected is None:\n"
-             f"            continue\n"
-             f"        if not hasattr(argument, 'stride') or tuple(argument.shape) != expected[0] \\\n"
-             f"                or tuple(argument.stride()) != expected[1]:\n"
-             f"            return False\n"
-             f"    return True")
+    guard = _GUARD_SOURCE.replace("@ARGUMENTS@", repr(arguments))
     model_at = body.index("class ModelNew(")
     header = ("# torch.compile's code at the main shapes (their sizes static, as a user's torch.compile writes it),\n"
               "# taken where the forward's arguments are those it was compiled for; the code above holds elsewhere.")
     body = body[:model_at] + header + "\n\n" + guard + "\n\n\n" + "\n\n\n".join(pieces) + "\n\n\n" + body[model_at:]
     return _with_space(body, space)
+
+
+#: The guard the forward asks (``@ARGUMENTS@``: ``main_arguments``' list).
+_GUARD_SOURCE = f'''#: Each argument of the main shapes' code: (sizes, strides) as Inductor's guard for it asserts them
+_MAIN_ARGUMENTS = @ARGUMENTS@
+
+
+def {GUARD}(arguments):
+    """Whether ``arguments`` are those the main shapes' code was compiled for."""
+    if len(arguments) != len(_MAIN_ARGUMENTS):
+        return False
+    for argument, expected in zip(arguments, _MAIN_ARGUMENTS):
+        if expected is None:
+            continue
+        if not hasattr(argument, 'stride') or tuple(argument.shape) != expected[0] \\
+                or tuple(argument.stride()) != expected[1]:
+            return False
+    return True'''
 
 
 def _renamed(text: str, renamed: dict[str, str]) -> str:
