@@ -277,6 +277,17 @@ def test_a_small_sweep_over_kernelbench_itself(tmp_path):
     assert summary["correct"] == len(seeded) and summary["problems"] == len(runs)
 
 
+@pytest.mark.parametrize("sweep", sorted((ROOT / "bench").glob("*sweep*.yaml")) + sorted((ROOT / "bench").glob(
+    "*vs_compile*.yaml")) + [ROOT / "configs" / "sweep_suite.yaml"], ids=lambda p: p.name)
+def test_every_sweep_file_kept_here_loads(sweep):
+    """The benches' sweep files are read as ``kevo sweep`` reads them: a file that lost its keys in an
+    edit would otherwise fail only on the GPU machine, after the device time is spent."""
+    if "kernelbench" in sweep.read_text() and not KERNELBENCH.is_dir():
+        pytest.skip(f"KernelBench's problem files are not at {KERNELBENCH}")
+    entries = load_sweep(sweep)
+    assert entries and all(e.config["problem"]["reference"] for e in entries)
+
+
 # -- problems side by side -------------------------------------------------------------
 
 
