@@ -267,7 +267,7 @@ def cmd_apply(args: argparse.Namespace) -> int:
 
     _read(args.model, "model file")
     report = apply(args.model, args.sweep_dir, args.device, args.max_abs_diff, checks=args.checks,
-                   keep_slower=args.keep_slower)
+                   keep_slower=args.keep_slower, module=args.module)
     if args.json:
         print(json.dumps(report.to_dict()))
     else:
@@ -362,7 +362,11 @@ def build_parser() -> argparse.ArgumentParser:
                             "from its outputs as verify derives one)")
     apply.add_argument("--checks", type=int, default=3, help="fresh input sets the model is checked on (default 3)")
     apply.add_argument("--keep-slower", action="store_true",
-                       help="put in every region's best kernel, also those slower than the region's own code")
+                       help="put in every region's best kernel, also those slower than the region's own code or "
+                            "than torch.compile's")
+    apply.add_argument("--module", metavar="DIR", default=None,
+                       help="write a package kevo_<model> into DIR: the chosen kernels and patch(model), for your "
+                            "own code (docs/MODELS.md)")
     _json_output(apply, cmd_apply, "print one JSON object on stdout")
     return parser
 

@@ -32,13 +32,14 @@ def applied_lines(r: ApplyReport) -> list[str]:
     if r.patched_ms:
         lines.append(f"eager      {r.eager_ms:.4g} ms")
         lines.append("compiled   " + (f"{r.compiled_ms:.4g} ms" if r.compiled_ms else "-"))
-        lines.append(f"patched    {r.patched_ms:.4g} ms: {r.speedup:.3f}x over eager"
+        lines.append(f"patched    {r.patched_ms:.4g} ms under torch.compile: {r.speedup:.3f}x over eager"
                      + (f", {r.speedup_compiled:.3f}x over torch.compile" if r.speedup_compiled else ""))
+    if r.vs_compile:
         lines.append("vs compile " + compile_line(r.vs_compile, subject="patched model", winner="the patched model"))
-        if r.busy_note():
-            lines.append(f"           {r.busy_note()}")
     if r.covered:
         bound = f"{r.bound:.3g}x" if r.bound else "unbounded"
         expected = f"; {r.expected:.3g}x with the kernels' own speedups" if r.expected else ""
         lines.append(f"bound      {bound} (Amdahl: the patched regions are {r.covered:.1%} of the model){expected}")
+    if r.module:
+        lines.append(f"module     {r.module} (import it; patch(model))")
     return lines

@@ -100,10 +100,14 @@ def compile_line(figures: dict[str, Any] | None, tf32: bool = False, subject: st
     >>> compile_line({"ratio": 1.3, "low": 1.2, "high": 1.4, "rounds": 3, "faster": "kevo"}, subject="patched model",
     ...              winner="the patched model")
     'patched model 1.3x torch.compile (1.2-1.4x over 3 rounds): the patched model is faster beyond noise'
+    >>> compile_line({"same": "it stays torch.compile's own"}, subject="model")
+    "model: it stays torch.compile's own"
     >>> compile_line({"why": "not timed"})
     'no clean torch.compile time: not timed'
     """
     what = "torch.compile with TF32 allowed" if tf32 else "torch.compile"
+    if figures and figures.get("same"):
+        return f"{subject}: {figures['same']}"
     if not figures or figures.get("ratio") is None:
         return f"no clean {what} time: {(figures or {}).get('why', 'not timed')}"
     ratio = figures["ratio"]

@@ -342,7 +342,8 @@ def test_apply_draws_the_same_in_the_original_and_the_patched_model(tmp_path):
     problem = tmp_path / "regions" / region["problem"]
     own = problem.read_text().replace("class Model(", "class ModelNew(")  # the region's own code as its kernel
     _stored_sweep(tmp_path / "right", problem, own)
-    done = kevo("apply", model, tmp_path / "right", "--device", "cpu", "--json", "--checks", "2")
+    # in, though not faster than torch.compile's code: the compiled model draws as eager does too
+    done = kevo("apply", model, tmp_path / "right", "--device", "cpu", "--json", "--checks", "2", "--keep-slower")
     report = json.loads(done.stdout)
     assert done.returncode == 0 and report["status"] == "accepted", report["reason"]
     assert report["max_abs_diff"] == 0.0

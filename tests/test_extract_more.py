@@ -144,13 +144,14 @@ def test_apply_writes_back_what_a_kernel_returns_for_a_region_that_writes_its_in
     manifest = extract(model, out)
     written = next(r["problem"] for r in manifest["regions"] if r["ops"] == ["mul"])
     # a kernel for the write alone: the regions after it read the input only as the kernel wrote it
+    # (put in though not faster than torch.compile's code: the compiled model writes back through its operator)
     own_sweep(out, tmp_path / "sweep", only=[written])
-    report = apply(model, tmp_path / "sweep")
+    report = apply(model, tmp_path / "sweep", "--keep-slower")
     assert report["status"] == "accepted", report["reason"]
     applied = {r["problem"]: r["applied"] for r in report["regions"]}
     assert applied[written] == 1 and report["max_abs_diff"] <= 1e-5
     own_sweep(out, tmp_path / "all")  # and every region at once
-    report = apply(model, tmp_path / "all")
+    report = apply(model, tmp_path / "all", "--keep-slower")
     assert report["status"] == "accepted", report["reason"]
     assert all(r["applied"] == r["count"] for r in report["regions"]), report["regions"]
 
@@ -165,12 +166,16 @@ def test_apply_keeps_the_code_of_a_region_whose_kernel_is_slower(tmp_path):
     slow, fast = problems[0], problems[1:]
     own_sweep(out, tmp_path / "sweep", speedups={slow: 0.5})
     report = apply(model, tmp_path / "sweep")
-    assert report["status"] == "accepted", report["reason"]
     regions = {r["problem"]: r for r in report["regions"]}
     assert regions[slow]["applied"] == 0 and regions[slow]["speedup"] == 0.5
     assert regions[slow]["note"] == "kept its own code: its best kernel is 0.5x of it"
-    assert all(regions[p]["applied"] == regions[p]["count"] for p in fast), regions
-    assert report["covered"] == pytest.approx(sum(regions[p]["share"] for p in fast))
+    # the others were tried in the model under torch.compile, each in only if the model was faster with it
+    # in every round (the regions' own code as a custom operator is not faster than Inductor's here)
+    for p in fast:
+        assert regions[p]["applied"] == regions[p]["count"] or regions[p]["note"].startswith(
+            "kept torch.compile's code: the compiled model with its kernel was"), regions[p]
+    assert report["covered"] == pytest.approx(sum(regions[p]["share"] for p in fast if regions[p]["applied"]))
+    assert report["status"] == ("accepted" if report["covered"] else "unchanged"), report["reason"]
     report = apply(model, tmp_path / "sweep", "--keep-slower")
     assert all(r["applied"] == r["count"] for r in report["regions"]), report["regions"]
     # nothing faster: the model stays as it is, and apply says so (exit 0: nothing is wrong)
@@ -211,7 +216,7 @@ def test_apply_checks_a_model_that_returns_a_dict(tmp_path):
     out = tmp_path / "regions"
     extract(model, out)
     own_sweep(out, tmp_path / "sweep")
-    report = apply(model, tmp_path / "sweep")
+    report = apply(model, tmp_path / "sweep", "--keep-slower")
     assert report["status"] == "accepted", report["reason"]
     assert all(r["applied"] == r["count"] for r in report["regions"]) and report["max_abs_diff"] <= 1e-5
 
@@ -305,7 +310,7 @@ def test_complex_parameters_and_activations_are_drawn_and_complex_outputs_skippe
     inputs, outs = run_problem(out / einsum["problem"])
     assert inputs[0].dtype == torch.complex64 and outs[0].dtype == torch.float32
     own_sweep(out, tmp_path / "sweep")
-    report = apply(model, tmp_path / "sweep")
+    report = apply(model, tmp_path / "sweep", "--keep-slower")
     assert report["status"] == "accepted", report["reason"]
 
 

@@ -14,10 +14,14 @@ Then:
   model-level cutoff, and every patched region against its own code on the
   activations it meets in the model, under the region's cutoff. One wrong
   region refuses the whole model, and the refusal names it;
-- the times, as kevo times a kernel (``platforms.time_runs``): eager,
-  torch.compile and the patched model; beside them, the bound the manifest's
-  shares allow (Amdahl: ``1 / (1 - covered)``, and with the kernels' own
-  speedups, ``1 / ((1 - covered) + sum(share / speedup))``).
+- the compiled model (``evolve.capture.choose``): the model under torch.compile with the
+  kernels as custom operators that Inductor keeps as they are (``evolve.capture.compiled``),
+  a kernel in only where the whole compiled model gets faster with it; checked again on fresh
+  inputs, then eager, torch.compile of the same model and the patched one timed in interleaved
+  rounds, each alone on the device: the figure over torch.compile with its interval. Beside it,
+  the bound the manifest's shares allow (Amdahl: ``1 / (1 - covered)``, and with the kernels'
+  own speedups, ``1 / ((1 - covered) + sum(share / speedup))``);
+- ``module``: a package holding the chosen kernels and ``patch(model)``, for a user's own code.
 
 The kernels run in this process: they are the ones kevo's judge accepted, read
 from the sweep's stores.
@@ -37,7 +41,9 @@ from pathlib import Path
 from typing import Any
 
 from evolve.capture.manifest import CaptureError, Manifest, RegionEntry, read_manifest
-from evolve.capture.model import Captured, Key, capture, time_forward, timed_forward
+from evolve.capture.choose import Compiled, choose, output_tensors, versus
+from evolve.capture.compiled import RegionKernel, write_module
+from evolve.capture.model import Captured, Key, capture
 from evolve.capture.regions import (NotWritable, RegionSpec, before_writes, bind_state, describe, region_spec,
                                     write_back)
 from evolve.session import STORE_FILE
@@ -61,10 +67,6 @@ class Kernel:
     cutoff: float | None  # the run's max_abs_diff, when its config set one
 
 
-#: Below this share of its span busy, a forward is said to wait for its launches (``ApplyReport.busy_note``).
-LAUNCH_BOUND = 0.6
-
-
 @dataclasses.dataclass
 class RegionOutcome:
     problem: str
@@ -83,7 +85,7 @@ class ApplyReport:
     """What ``kevo apply`` found: accepted or refused, and the times."""
 
     model: str
-    status: str  # accepted | refused | unchanged (no region's kernel is faster than its own code)
+    status: str  # accepted | refused | unchanged (no kernel makes the model faster: torch.compile as it is)
     reason: str
     regions: list[RegionOutcome]
     max_abs_diff: float | None
@@ -97,13 +99,10 @@ class ApplyReport:
     compiled_ms: float | None = None
     patched_ms: float | None = None
     device: str = ""
-    #: The device's busy time over each forward's span (device trace only): eager's and the patched
-    #: model's. Well under 1, the forward waits for the host to launch its kernels.
-    eager_busy: float | None = None
-    patched_busy: float | None = None
     #: The patched model over torch.compile of the same model, round by round: ``ratio`` (the median),
     #: ``low``, ``high``, ``rounds``, ``faster`` (who is, in every round); or ``why`` there is none.
     vs_compile: dict[str, Any] | None = None
+    module: str = ""  # the package written with the chosen kernels and patch(model), or ""
 
     @property
     def speedup(self) -> float | None:
@@ -113,22 +112,8 @@ class ApplyReport:
     def speedup_compiled(self) -> float | None:
         return self.compiled_ms / self.patched_ms if self.compiled_ms and self.patched_ms else None
 
-    def busy_note(self) -> str:
-        """How busy the device kept during each forward, eager and patched; empty without a trace.
-
-        >>> r = ApplyReport("m.py", "accepted", "", [], None, None, "", 3, 0.8, 5.0, 2.0, eager_busy=0.97, patched_busy=0.25)
-        >>> print(r.busy_note())
-        device busy 97% of eager's forward, 25% of the patched one's: it waits for the host between its kernels (launch-bound)
-        """
-        if self.eager_busy is None or self.patched_busy is None:
-            return ""
-        note = f"device busy {self.eager_busy:.0%} of eager's forward, {self.patched_busy:.0%} of the patched one's"
-        return note + (": it waits for the host between its kernels (launch-bound)" if self.patched_busy < LAUNCH_BOUND
-                       else "")
-
     def to_dict(self) -> dict[str, Any]:
-        return {**dataclasses.asdict(self), "speedup": self.speedup, "speedup_compiled": self.speedup_compiled,
-                "busy_note": self.busy_note()}
+        return {**dataclasses.asdict(self), "speedup": self.speedup, "speedup_compiled": self.speedup_compiled}
 
 
 def sweep_kernels(sweep_dir: str | Path) -> tuple[Path, dict[str, Kernel]]:
@@ -268,10 +253,12 @@ class _Patch:
 
 
 def apply(model_path: str | Path, sweep_dir: str | Path, device: str = "auto", max_abs_diff: float | None = None,
-          checks: int = 3, time_it: bool = True, keep_slower: bool = False) -> ApplyReport:
+          checks: int = 3, time_it: bool = True, keep_slower: bool = False,
+          module: str | Path | None = None) -> ApplyReport:
     """Put the sweep's best kernels into the model at ``model_path`` (those faster than their region's
-    own code, or all with ``keep_slower``), check it on ``checks`` fresh input sets and (if accepted
-    and ``time_it``) time it; see the module doc.
+    own code and than torch.compile's, or all with ``keep_slower``), check it on ``checks`` fresh input
+    sets and (if accepted and ``time_it``) time it under torch.compile; with ``module``, write the
+    package of the chosen kernels into that folder; see the module doc.
 
     ``CaptureError`` when the sweep is not this model's or holds no kernel yet.
     """
@@ -302,7 +289,9 @@ def apply(model_path: str | Path, sweep_dir: str | Path, device: str = "auto", m
             return ApplyReport(str(model_path), "refused", str(exc), [], None, None, "", 0, 0.0, None, None,
                                device=platform.name)
         if report.status == "accepted" and time_it:
-            _time(report, problem, patched, patch, platform)
+            _compiled(report, problem, patch, manifest, folder, kernels, classes, platform, keep_slower, checks)
+            if module is not None and report.status == "accepted":
+                _write(report, Path(module), model_path, manifest, folder, kernels)
     return report
 
 
@@ -324,7 +313,7 @@ def _check(model_path: Path, problem: Any, patched: Captured, patch: _Patch, man
             torch.manual_seed(drawn)
             with torch.no_grad():
                 refs = original(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
-            refs = [r.detach() for r in _tensors(refs)]
+            refs = [r.detach() for r in output_tensors(refs)]
             if cutoff is None:
                 cutoff, rule = derived_cutoff(refs, output_scale(refs))
             patch.checking = True
@@ -333,7 +322,7 @@ def _check(model_path: Path, problem: Any, patched: Captured, patch: _Patch, man
                 outs = patched(*inputs)
             finally:
                 patch.checking = False
-            verdict = compare(_tensors(outs), refs, cutoff)
+            verdict = compare(output_tensors(outs), refs, cutoff)
             worst = max(worst, verdict.max_abs_diff)
             if verdict.status != "accepted" and not model_fault:
                 model_fault = f"the model's {verdict.reason}"
@@ -374,49 +363,68 @@ def _outcome(entry: RegionEntry, kernel: Kernel | None, applied: int, worst: tup
                          *worst, note)
 
 
-def _tensors(out: Any) -> list[Any]:
-    """The tensors a model's forward returns, in order, however nested (a tensor, a tuple, a dict)."""
-    import torch
-    from torch.utils._pytree import tree_leaves
-
-    return [leaf for leaf in tree_leaves(out) if isinstance(leaf, torch.Tensor)]
-
-
-#: Rounds in which eager, torch.compile and the patched model are timed, interleaved.
-ROUNDS = 3
-
-
-def _time(report: ApplyReport, problem: Any, patched: Captured, patch: _Patch, platform: Platform) -> None:
-    """Eager, torch.compile and the patched model, timed as kevo times a kernel, in ``ROUNDS`` interleaved
-    rounds (each window alone on the device: ``platforms.device_lock``): the medians, and the patched model
-    over torch.compile with its interval (``vs_compile``)."""
-    import torch
-
-    eager = build_model(problem.Model, problem, 0, platform.device())
-    compiled = torch.compile(build_model(problem.Model, problem, 0, platform.device()))
+def _compiled(report: ApplyReport, problem: Any, patch: _Patch, manifest: Manifest, folder: Path,
+              kernels: dict[str, Kernel], classes: dict[str, type], platform: Platform, force: bool,
+              checks: int) -> None:
+    """The compiled model's choice, check and times into ``report`` (``evolve.capture.choose``): a
+    region's kernel in only where the whole compiled model is faster with it (all with ``force``)."""
+    original = build_model(problem.Model, problem, 0, platform.device())
+    entries = sorted((e for e in manifest.regions if e.problem in classes and patch.applied().get(e.problem)),
+                     key=lambda e: -e.share)
+    candidates = [RegionKernel(e.key, e.problem, classes[e.problem], load_problem(folder / e.problem))
+                  for e in entries]
     try:
-        with torch.no_grad():
-            compiled(*make_inputs(problem, 0, platform.device()))
+        outcome = choose(problem, candidates, platform, original, report.cutoff, checks, force=force)
     except Exception as exc:  # Inductor on this machine: no figure, and the report says why
-        report.reason = f"torch.compile failed here ({type(exc).__name__}): no compiled time"
-        compiled = None
-    times: dict[str, list[float]] = {"eager": [], "patched": [], "compiled": []}
-    for _ in range(ROUNDS):
-        timing = timed_forward(platform, eager, problem)
-        times["eager"].append(timing.median_ms)
-        report.eager_busy = timing.busy_share
-        with patched.observed(patch):
-            timing = timed_forward(platform, patched, problem)
-        times["patched"].append(timing.median_ms)
-        report.patched_busy = timing.busy_share
-        if compiled is not None:
-            times["compiled"].append(time_forward(platform, compiled, problem))
-    report.eager_ms, report.patched_ms = statistics.median(times["eager"]), statistics.median(times["patched"])
-    if times["compiled"]:
-        report.compiled_ms = statistics.median(times["compiled"])
-        ratios = [c / p for c, p in zip(times["compiled"], times["patched"])]
-        faster = "kevo" if min(ratios) > 1 else "torch.compile" if max(ratios) < 1 else "neither"  # every round
-        report.vs_compile = {"ratio": statistics.median(ratios), "low": min(ratios), "high": max(ratios),
-                             "rounds": ROUNDS, "faster": faster}
-    else:
-        report.vs_compile = {"why": report.reason}
+        report.vs_compile = {"why": f"torch.compile failed here ({type(exc).__name__}: {str(exc)[:200]})"}
+        return
+    if outcome.fault:
+        report.status, report.reason = "refused", outcome.fault
+        return
+    report.max_abs_diff = max(report.max_abs_diff or 0.0, outcome.max_abs_diff)
+    _chosen(report, outcome, {e.key: e.problem for e in entries})
+    report.eager_ms, report.compiled_ms, report.patched_ms = (statistics.median(outcome.times[n])
+                                                              for n in ("eager", "compiled", "patched"))
+    report.vs_compile = versus(outcome.times)
+    if not outcome.chosen:  # what a user keeps is torch.compile as it is, not a patched model
+        report.status, report.patched_ms = "unchanged", None
+        report.reason = "no kernel makes the model under torch.compile faster: keep torch.compile as it is"
+        report.vs_compile = {"same": "the model stays torch.compile's own"}
+
+
+def _chosen(report: ApplyReport, outcome: Compiled, problems: dict[str, str]) -> None:
+    """Each region's line after the choice: the instances that run its kernel under torch.compile, or
+    why it keeps torch.compile's code; the covered share and the bounds over the chosen ones."""
+    trials = {problems[t.key]: t for t in outcome.trials}
+    chosen = {problems[k] for k in outcome.chosen}
+    for region in report.regions:
+        if not region.applied:
+            continue
+        key = next(k for k, p in problems.items() if p == region.problem)
+        if region.problem in chosen:
+            region.applied = outcome.found.get(key, 0)
+            continue
+        region.applied = 0
+        trial = trials.get(region.problem)
+        region.note = (f"kept torch.compile's code: the compiled model with its kernel was {trial.ratio:.3g}x of "
+                       f"without (rounds {', '.join(f'{r:.3g}' for r in trial.ratios)})" if trial else
+                       "kept torch.compile's code: no region of the traced graphs matches it")
+    applied = [r for r in report.regions if r.applied]
+    report.covered = sum(r.share for r in applied)
+    report.bound = 1.0 / (1.0 - report.covered) if report.covered < 1.0 else None
+    report.expected = None
+    if report.covered and all(r.speedup for r in applied):
+        report.expected = 1.0 / max((1.0 - report.covered) + sum(r.share / r.speedup for r in applied), 1e-12)
+
+
+def _write(report: ApplyReport, folder: Path, model_path: Path, manifest: Manifest, source_folder: Path,
+           kernels: dict[str, Kernel]) -> None:
+    """The package of the chosen kernels (``evolve.capture.compiled.write_module``)."""
+    keys = {e.problem: e.key for e in manifest.regions}
+    chosen = [(keys[r.problem], r.problem, kernels[r.problem].source, source_folder / r.problem)
+              for r in report.regions if r.applied]
+    package = "kevo_" + "".join(c if c.isalnum() else "_" for c in model_path.stem.lower()).strip("_")
+    versus_ = report.vs_compile or {}
+    figure = (f"{versus_['ratio']:.3g}x over torch.compile (rounds {versus_['low']:.3g} to {versus_['high']:.3g}), "
+              f"{report.speedup:.3g}x over eager" if "ratio" in versus_ else versus_.get("why", "not timed"))
+    report.module = str(write_module(folder, package, chosen, model_path.name, report.device, figure))
