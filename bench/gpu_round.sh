@@ -413,7 +413,7 @@ sec_busy_side() {
 }
 
 sec_models() {  # whole models: extract at own shapes, sweep the regions (MODEL_EVALS each, at most MODEL_WALL s
-    # a region), put the best kernels back. Default: those not yet taken end to end on the H200 (1_MLP and
+    # a region), put the best kernels back under torch.compile (and write the module). Default: those not yet taken end to end on the H200 (1_MLP and
     # 3_DeepNarrowMLP were, on 2026-12-03)
     local m
     for m in ${MODELS:-2_ShallowWideMLP 17_SqueezeNetFireModule 28_VisionTransformer 19_MobileNetV1 11_VGG16}; do
@@ -426,7 +426,7 @@ sec_models() {  # whole models: extract at own shapes, sweep the regions (MODEL_
             --json > "$OUT/models_$m.sweep.json"
         timeout 60 python3 -m evolve.cli report "$OUT/models/$m/sweep" > "$OUT/models_$m.sweep.md" 2>&1
         timeout "$(left)" python3 -m evolve.cli apply "$L3/$m.py" "$OUT/models/$m/sweep" --device cuda --json \
-            > "$OUT/models_$m.apply.json"
+            --module "$OUT/models/$m/module" > "$OUT/models_$m.apply.json"
         pack
     done
 }
