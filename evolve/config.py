@@ -90,7 +90,7 @@ class SearchConfig:
     max_generations: int | None = None
     max_wall_time_s: float | None = None  # summed over resumes; at it, what is in flight is left pending
     target_speedup: float | None = None  # stop once the best kernel is this much faster than speedup_over
-    speedup_over: Baseline = Baseline.EAGER  # compile: target_speedup against torch.compile (timed once, on a GPU)
+    speedup_over: Baseline = Baseline.EAGER  # compile: target_speedup and patience against torch.compile (timed once, on a GPU)
     patience: int | None = None  # stop after this many generations without a faster kernel
     stop_at_sol: float | None = None  # stop once the best reaches this share of the speed of light (0 < x <= 1)
     confirm_rounds: int | None = None  # time the top kernels again at the end, interleaved; None: 3 on a GPU, 0 else

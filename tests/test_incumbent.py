@@ -253,6 +253,26 @@ def test_target_speedup_can_be_set_against_torch_compile(tmp_path):
     store.close()
 
 
+def test_patience_can_be_set_against_torch_compile(tmp_path):
+    """Children at 1 ms beat the 2 ms seed in the first generation and never improve after. Against
+    torch.compile at 0.8 ms that improvement is no progress: patience runs from the start."""
+    def generations(store: RunStore) -> int:
+        return max(i.generation for i in store.individuals())
+
+    reason, store = searched(tmp_path / "eager", SearchClock(child_ms=1.0, compile_ms=0.8), {"patience": 3})
+    assert reason == "no faster kernel for 3 generations (patience 3)" and generations(store) == 4
+    store.close()
+    reason, store = searched(tmp_path / "lost", SearchClock(child_ms=1.0, compile_ms=0.8),
+                             {"patience": 3, "speedup_over": "compile"})
+    assert reason == "no kernel faster than torch.compile for 3 generations (patience 3)" and generations(store) == 3
+    store.close()
+    # faster than torch.compile (1.5 ms): the improvement counts, as over eager
+    reason, store = searched(tmp_path / "won", SearchClock(child_ms=1.0, compile_ms=1.5),
+                             {"patience": 3, "speedup_over": "compile"})
+    assert reason == "no faster kernel for 3 generations (patience 3)" and generations(store) == 4
+    store.close()
+
+
 def test_a_target_over_torch_compile_off_the_gpu_is_refused_with_the_reason(tmp_path):
     from evolve.search.loop import SearchError
 

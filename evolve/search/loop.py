@@ -76,7 +76,7 @@ class LoopState:
     best_spread: float | None = None  # of best_ms: a kernel replaces it only when faster beyond noise
     best_sol: float | None = None  # its speed of light (None: no floor, or it read below the floor)
     compile_ms: float | None = None  # torch.compile's time, timed once where a stop is set against it
-    stale: int = 0  # generations since best_ms last improved
+    stale: int = 0  # generations since best_ms last improved (and, set against torch.compile, beat it)
     elapsed_s: float = 0.0  # wall time spent searching, over all sessions
     in_flight: list[int] = dataclasses.field(default_factory=list)  # ids submitted, result not yet in
     selector: dict | None = None  # what the operator selector learnt (OperatorSelector.state())
@@ -215,7 +215,10 @@ def stop_reason(state: LoopState, config: Config, elapsed_s: float) -> str | Non
     if cfg.max_generations is not None and state.generation >= cfg.max_generations:
         return f"max_generations reached ({cfg.max_generations})"
     if cfg.patience is not None and state.stale >= cfg.patience:
-        return f"no faster kernel for {state.stale} generations (patience {cfg.patience})"
+        beaten = over_compile and state.compile_ms and state.best_ms and state.best_ms < state.compile_ms
+        return (f"no kernel faster than torch.compile for {state.stale} generations (patience {cfg.patience})"
+                if over_compile and not beaten else
+                f"no faster kernel for {state.stale} generations (patience {cfg.patience})")
     if cfg.max_wall_time_s is not None and elapsed_s >= cfg.max_wall_time_s:
         return f"max_wall_time_s reached ({elapsed_s:.0f} s)"
     return None
@@ -346,12 +349,15 @@ def _note_progress(state: LoopState, new: list[Candidate], count_stale: bool = T
     """Track the best kernel so far (replaced only by one faster beyond noise,
     ``evolve.search.population.faster``) and how many generations it has stood."""
     best = min((c for c in new if c.accepted), key=lambda c: c.runtime_ms, default=None)
-    if best is not None and faster(best.runtime_ms, best.spread, state.best_ms, state.best_spread):
-        state.best_ms, state.best_speedup, state.best_spread, state.stale = (
-            best.runtime_ms, best.speedup, best.spread, 0)
+    improved = best is not None and faster(best.runtime_ms, best.spread, state.best_ms, state.best_spread)
+    if improved:
+        state.best_ms, state.best_speedup, state.best_spread = best.runtime_ms, best.speedup, best.spread
         # a kernel that read below the floor is flagged, not at the speed of light (fitness.sol)
         record = best.result or {}
         state.best_sol = None if record.get("below_floor") else record.get("sol")
+    # patience set against torch.compile (search.speedup_over): only a best faster than it is progress
+    if improved and (state.compile_ms is None or state.best_ms < state.compile_ms):
+        state.stale = 0
     elif state.generation >= 0 and count_stale:
         state.stale += 1
 
