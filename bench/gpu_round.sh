@@ -427,6 +427,27 @@ sec_models() {  # whole models: extract at own shapes, sweep the regions (MODEL_
         timeout 60 python3 -m evolve.cli report "$OUT/models/$m/sweep" > "$OUT/models_$m.sweep.md" 2>&1
         timeout "$(left)" python3 -m evolve.cli apply "$L3/$m.py" "$OUT/models/$m/sweep" --device cuda --json \
             --module "$OUT/models/$m/module" > "$OUT/models_$m.apply.json"
+        # the module as a user takes it: a fresh process imports it and compiles the model
+        for pkg in "$OUT/models/$m/module"/kevo_*; do
+            [[ -d $pkg ]] || continue
+            PYTHONPATH=$(dirname "$pkg"):$PYTHONPATH timeout 300 python3 - "$L3/$m.py" "$(basename "$pkg")" \
+                > "$OUT/models_$m.module.txt" 2>&1 <<'EOF'
+import importlib, importlib.util, sys
+import torch
+spec = importlib.util.spec_from_file_location("user_model", sys.argv[1])
+user = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(user)
+torch.manual_seed(0)
+model = user.Model(*user.get_init_inputs()).cuda()
+inputs = [x.cuda() if isinstance(x, torch.Tensor) else x for x in user.get_inputs()]
+module = importlib.import_module(sys.argv[2])
+backend = module.backend(model)
+compiled = torch.compile(model, backend=backend, dynamic=False)
+with torch.no_grad():
+    want, got = model(*inputs), compiled(*inputs)
+print("max |patched - eager|", (got - want).abs().max().item(), "regions matched", backend.found())
+EOF
+        done
         pack
     done
 }
