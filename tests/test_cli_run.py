@@ -260,3 +260,21 @@ platform: cpu
     assert len(after) == 24 and state["evaluations"] == 24 and all(i.status != "pending" for i in after.values())
     assert all(after[i] == old for i, old in stopped.items() if old.status != "pending")
     assert kevo_temp_files(tmp_path / "tmp") == []
+
+
+def test_a_gpu_platform_on_a_machine_without_one_fails_in_one_line_before_ray_starts(tmp_path):
+    """A ``platform: cuda`` config on a CPU-only machine: kevo's words, at once, and neither Ray's
+    session folder nor a run directory left behind (before: Ray started, 7 s, 'the Ray cluster has none')."""
+    from platforms import get_platform
+
+    if get_platform("auto").name == "cuda":
+        pytest.skip("this machine has a CUDA GPU")
+    (tmp_path / "tmp").mkdir()
+    config = tmp_path / "cuda.yaml"
+    config.write_text((ROOT / "configs" / "quickstart.yaml").read_text().replace("platform: cpu", "platform: cuda")
+                      .replace("../problems", str(ROOT / "problems")))
+    began = time.monotonic()
+    done = kevo("run", config, "--run-dir", tmp_path / "run", env={**os.environ, "TMPDIR": str(tmp_path / "tmp")})
+    one_line_error(done, "run", "platform 'cuda' is not available on this machine")
+    assert time.monotonic() - began < 15 and not (tmp_path / "run").exists()
+    assert os.listdir(tmp_path / "tmp") == [], os.listdir(tmp_path / "tmp")  # no Ray session, no kevo folder

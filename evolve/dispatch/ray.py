@@ -37,6 +37,7 @@ from evolve.dispatch.base import Dispatcher, SlotUsage, at_once_note
 from evolve.dispatch.connect import REFUSALS, RayUnavailable, actor_errors, get_answer, import_ray, start_ray
 from evolve.dispatch.fleet import NODE_CHECK_S, Fleet, actor_plan
 from fitness import EvalResult, Job, Status
+from platforms import get_platform
 
 __all__ = ["EvaluatorActor", "EvaluatorSpec", "RayDispatcher", "RayUnavailable", "start_ray"]
 
@@ -80,6 +81,8 @@ class RayDispatcher(Dispatcher):
             raise ValueError(f"num_actors must be at least 1 (or None for one per GPU), got {num_actors}")
         if slots is not None and slots < 1:
             raise ValueError(f"slots must be at least 1, got {slots}")
+        if address is None and spec.platform not in ("auto", "cpu"):
+            get_platform(spec.platform)  # a GPU platform on a machine without one: said before Ray starts
         start_ray(address)
         self._ray = ray = import_ray()
         plan = actor_plan(spec.platform, ray.cluster_resources(), num_actors, local=address is None)
