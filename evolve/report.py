@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.table import Table
 
 from evolve.report_sol import fmt, seed_note, sol_figures, sol_lines, standing
-from evolve.report_time import evaluation_time, time_line
+from evolve.report_time import evaluation_time, pace, pace_line, time_line
 from evolve.search.loop import STATE_KEY
 from evolve.search.steering import FALLBACK_EVENT, profiling_cost, profiling_line, selector_table
 from evolve.search.variation import FAILED_EVENT
@@ -57,7 +57,8 @@ def build_report(store: RunStore, run_dir: Path) -> dict[str, Any]:
     ``within_noise``: the next kernels the best is not faster than beyond their
     spreads; ``confinement``: what the OS held the workers to; ``profiling``: what profiling the
     parents cost (``evolve.search.steering.profiling_cost``); ``evaluation_time``: where the
-    evaluations' time went, and the pace (``evolve.report_time``).
+    evaluations' time went (``evolve.report_time``); ``pace``: evaluations per second over the whole run and
+    from the first result to the last (``evolve.report_time.pace``).
     """
     config = store.config()
     counts = store.status_counts()
@@ -86,6 +87,7 @@ def build_report(store: RunStore, run_dir: Path) -> dict[str, Any]:
         "profiler": [e["data"]["reason"] for e in store.events(FALLBACK_EVENT)],
         "profiling": profiling_cost(store.profiles()),
         "evaluation_time": evaluation_time(store.individuals()),
+        "pace": pace(store),
     }
 
 
@@ -141,6 +143,8 @@ def print_report(report: dict[str, Any], console: Console) -> None:
     if line := profiling_line(report.get("profiling")):
         console.print(line, highlight=False)
     if line := time_line(report.get("evaluation_time")):
+        console.print(line, highlight=False)
+    if line := pace_line(report.get("pace")):
         console.print(line, highlight=False)
     if report.get("llm_usage", {}).get("requests") or report.get("llm_failed_proposals"):
         console.print(f"llm        {format_usage(report['llm_usage'])}; "

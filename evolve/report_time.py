@@ -18,7 +18,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from population_store import PENDING, Individual
+from population_store import PENDING, Individual, RunStore
 
 #: The parts the report's line names, largest first; the rest are in the JSON.
 SHOWN = 6
@@ -44,6 +44,43 @@ def evaluation_time(individuals: list[Individual]) -> dict[str, Any] | None:
     if admitted is not None:  # each verdict's place under the memory plan, where verdicts say when
         figures["admitted"], figures["admitted_most"], figures["none_admitted_s"], figures["admitted_span_s"] = admitted
     return figures
+
+
+def pace(store: RunStore) -> dict[str, Any] | None:
+    """The run's evaluations per second two ways: ``whole_run_per_s`` over the wall of its sessions
+    (each from its ``kevo run`` or ``kevo resume`` starting, Ray and the evaluators' start-up included,
+    to its last result or event: a session killed with -9 ends there), ``whole_run_s``, ``sessions``;
+    and ``first_to_last_per_s``, from the first result to the last. None before a result."""
+    finished = sorted(i.finished_at for i in store.individuals() if i.status != PENDING and i.finished_at)
+    if not finished:
+        return None
+    events = store.events()
+    starts = sorted(e["data"].get("began_at", e["created_at"]) for e in events if e["kind"] in ("started", "resumed"))
+    moments = sorted([*finished, *(e["created_at"] for e in events)])
+    wall = 0.0
+    for at, start in enumerate(starts):
+        until = starts[at + 1] if at + 1 < len(starts) else float("inf")
+        wall += max((m for m in moments if start <= m < until), default=start) - start
+    span = finished[-1] - finished[0]
+    return {"whole_run_s": wall, "sessions": len(starts),
+            "whole_run_per_s": len(finished) / wall if wall > 0 else None,
+            "first_to_last_per_s": (len(finished) - 1) / span if span > 0 else None}
+
+
+def pace_line(figures: dict[str, Any] | None) -> str:
+    """One line for ``kevo report``: the two rates, each named.
+
+    >>> pace_line({"whole_run_s": 118.0, "sessions": 1, "whole_run_per_s": 0.41, "first_to_last_per_s": 1.1})
+    'pace       0.41 evaluations/s over the whole run (118 s, 1 session); 1.10/s from the first result to the last'
+    """
+    if not figures or not figures.get("whole_run_per_s"):
+        return ""
+    sessions = figures["sessions"]
+    line = (f"pace       {figures['whole_run_per_s']:.2f} evaluations/s over the whole run "
+            f"({figures['whole_run_s']:.0f} s, {sessions} session{'s' if sessions != 1 else ''})")
+    if figures.get("first_to_last_per_s"):
+        line += f"; {figures['first_to_last_per_s']:.2f}/s from the first result to the last"
+    return line
 
 
 def at_once(spans: list) -> tuple[float, int, float, float] | None:

@@ -86,6 +86,7 @@ def default_run_dir(config_path: str | Path) -> Path:
 def start_run(config_path: str | Path, run_dir: str | Path | None = None,
               observer: Observer | None = None, dispatchers: Dispatchers | None = None) -> str:
     """Start the run described by the YAML at ``config_path``; return why it stopped."""
+    began = time.time()  # the whole run's pace counts from here (evolve.report_time.pace)
     config = load_config(config_path)
     run_dir = Path(run_dir) if run_dir is not None else default_run_dir(config_path)
     if (run_dir / STORE_FILE).exists():  # before the seeds and the evaluator, which can take a while
@@ -102,13 +103,14 @@ def start_run(config_path: str | Path, run_dir: str | Path | None = None,
                 raise _taken(run_dir) from None
             with store:
                 _put_setup(store, seeds, space)
-                return _search("started", run_dir, store, dispatcher, where, config, seeds, space,
-                               observer or Observer())
+                return _search("started", run_dir, store, dispatcher, {**where, "began_at": began}, config,
+                               seeds, space, observer or Observer())
 
 
 def resume_run(run_dir: str | Path, observer: Observer | None = None,
                dispatchers: Dispatchers | None = None) -> str:
     """Continue the run in ``run_dir`` with its stored config and state; return why it stopped."""
+    began = time.time()
     run_dir = Path(run_dir)
     with open_store(run_dir) as store, _locked(run_dir):
         config = config_from_dict(store.config(), origin=str(run_dir / STORE_FILE))
@@ -121,8 +123,8 @@ def resume_run(run_dir: str | Path, observer: Observer | None = None,
             seeds, space = setup["seeds"], {k: tuple(v) for k, v in setup["space"].items()}
         check_llm(config)
         with (dispatchers or make_dispatcher)(config) as (dispatcher, where):
-            return _search("resumed", run_dir, store, dispatcher, where, config, seeds, space,
-                           observer or Observer())
+            return _search("resumed", run_dir, store, dispatcher, {**where, "began_at": began}, config, seeds,
+                           space, observer or Observer())
 
 
 def raise_budget(run_dir: str | Path, extra: int, grant: str) -> bool:

@@ -176,13 +176,23 @@ def test_report_json_holds_a_verify_like_best_record(killed_and_resumed):
     assert report["lineage"][-1]["id"] == best["id"] and report["lineage"][0]["operator"] == "seed"
     assert Path(report["plot"]).read_bytes()[:4] == b"\x89PNG"
     assert Path(report["plot"]).parent == run_dir
+    # the pace two ways: over both sessions' walls (start-up included), and from the first result to the last
+    pace = report["pace"]
+    with RunStore.open(run_dir / STORE_FILE, readonly=True) as store:
+        ends = sorted(i.finished_at for i in store.individuals())
+        starts = [e["data"]["began_at"] for e in store.events() if e["kind"] in ("started", "resumed")]
+    assert pace["sessions"] == 2 and len(starts) == 2
+    assert pace["first_to_last_per_s"] == pytest.approx((BUDGET - 1) / (ends[-1] - ends[0]))
+    assert ends[-1] - starts[1] < pace["whole_run_s"] < ends[-1] - starts[0]  # the time between sessions left out
+    assert pace["whole_run_per_s"] == pytest.approx(BUDGET / pace["whole_run_s"])
 
 
 def test_report_text_shows_top_kernels_and_lineage(killed_and_resumed):
     run_dir, *_ = killed_and_resumed
     done = kevo("report", run_dir, timeout=120)
     assert done.returncode == 0, done.stderr
-    for words in ("fastest kernels", "lineage of kernel", f"evaluated  {BUDGET} of {BUDGET}", "progress.png"):
+    for words in ("fastest kernels", "lineage of kernel", f"evaluated  {BUDGET} of {BUDGET}", "progress.png",
+                  "evaluations/s over the whole run (", "2 sessions); ", "/s from the first result to the last"):
         assert words in done.stdout
 
 
