@@ -39,10 +39,11 @@ if [[ -z ${KB:-} ]]; then
 fi
 export KB
 # numpy as kevo declares it (<2.4: Triton 3.6's interpreter, which the CPU-platform tests run, fails under 2.4):
-# a wheel carried in build/np (git-ignored) goes first on the path
+# a wheel carried in build/np (git-ignored), installed under NP_DIR (default $TMPDIR/kevo-np), goes first on the path
 if ls build/np/numpy-*.whl > /dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --target /tmp/kevo-np build/np/numpy-*.whl 2> /dev/null
-    export PYTHONPATH=/tmp/kevo-np:$PYTHONPATH
+    NP_DIR=${NP_DIR:-${TMPDIR:-/tmp}/kevo-np}
+    python3 -m pip install -q --no-index --no-deps --target "$NP_DIR" build/np/numpy-*.whl 2> /dev/null
+    export PYTHONPATH=$NP_DIR:$PYTHONPATH
 fi
 L1=$KB/level1 L3=$KB/level3
 # Ray, DEAP and litellm come from the bundle (.devbundle/activate.sh): a PYTHONPATH set after the activation
@@ -278,7 +279,7 @@ spy() {  # name, then a command: run it under py-spy (every process under it, wa
     # py-spy: pip download py-spy --no-deps -d .devbundle (activate.sh installs every wheel there)
     if ! command -v py-spy > /dev/null; then echo "py-spy is not installed"; return 1; fi
     # where py-spy may not read other processes (no ptrace in the container), the command runs plain
-    if ! timeout 60 py-spy record --rate 10 --duration 1 --format raw -o /tmp/spy-probe.txt -- \
+    if ! timeout 60 py-spy record --rate 10 --duration 1 --format raw -o "$OUT/spy_probe.txt" -- \
             python3 -c "import time; time.sleep(3)" > /dev/null 2>&1; then
         echo "py-spy cannot sample here: running the command without it"
         timeout "$(left)" "$@"
@@ -446,5 +447,5 @@ for name in "$@"; do
     section "$name"
 done
 echo "round done in $(( $(date +%s) - start )) s" >> "$OUT/round.log"
-echo "kevo's temporary folders left (Ray's home kept on purpose): $(ls /tmp | grep '^kevo-' | grep -v '^kevo-ray-home-' | tr '\n' ' ')" >> "$OUT/round.log"
+echo "kevo's temporary folders left (Ray's home kept on purpose): $(ls "${TMPDIR:-/tmp}" | grep '^kevo-' | grep -v '^kevo-ray-home-' | tr '\n' ' ')" >> "$OUT/round.log"
 pack
