@@ -11,20 +11,10 @@
 #   bash bench/gpu_round.sh fixtures               # Inductor's GPU output under each configuration; seed --all
 #   bash bench/gpu_round.sh stream real-size       # a 48-variant cold stream; 23_Softmax at its own shapes (RS_PROBLEM, RS_SLOTS, RS_COMPILE_S,
 #                                                  # RS_PROFILE_SHARE, RS_PROFILER=off, RS_EVALS (24); RS_AHEAD=false: no compiling ahead; RS_NAME: the run dir)
-#   bash bench/gpu_round.sh stream-budget          # the cold stream with each compile cut at 8 s (STREAM_COMPILE_S)
-#   bash bench/gpu_round.sh breakdown              # where an evaluation's time goes, at real size (REAL_ONLY=1: only; BD_SAME=1: one
-#                                                  # variant every time, nothing compiled; BD_REPEATS, 3) and cold
-#   bash bench/gpu_round.sh check-parts            # each part of a checked run alone at 23_Softmax's own shapes; the
-#                                                  # real-size breakdown under nsys's CUDA API trace, where nsys is installed
-#   bash bench/gpu_round.sh spy-stream spy-real    # the same, sampled by py-spy: where every process's threads wait
-#   bash bench/gpu_round.sh compile-scaling        # Triton's compiles in 1, 4 and 12 processes at once
-#   bash bench/gpu_round.sh trace-cost             # the device trace's own cost a window, small and real size
+#   bash bench/gpu_round.sh spy-stream spy-real    # the cold stream, and 23_Softmax at its own shapes, sampled by py-spy:
+#                                                  # where every process's threads wait
 #   bash bench/gpu_round.sh sol30 sol-extra        # kevo's best at own shapes on 33 (and 5 more) level-1 problems (resumable)
-#   bash bench/gpu_round.sh llm busy-seq busy-side # LLM overlap; a 20-problem sweep one by one, then side by side (BUSY_SIDE)
 #   bash bench/gpu_round.sh models                 # extract, sweep and apply five level-3 models (MODELS, MODEL_EVALS, MODEL_WALL, MODEL_SIDE)
-#   bash bench/gpu_round.sh probe-rounding         # 97's reference rounding on the probes, and a candidate's distance
-#   bash bench/gpu_round.sh ncu-passes             # ncu's replay passes for each metric kevo asks for
-#   bash bench/gpu_round.sh ncu-compute            # sm__throughput beside the one-pass parts kevo reads instead
 #   bash bench/gpu_round.sh extract                # kevo extract over every level-3 model
 #   bash bench/gpu_round.sh gemm                   # levels 1 and 2's GEMMs from compile seeds: the precision table
 #   bash bench/gpu_round.sh vs-compile             # bench/kernelbench_vs_compile.yaml: best and seed over torch.compile, clean clock
@@ -49,10 +39,11 @@ if [[ -z ${KB:-} ]]; then
 fi
 export KB
 # numpy as kevo declares it (<2.4: Triton 3.6's interpreter, which the CPU-platform tests run, fails under 2.4):
-# a wheel carried in build/np (git-ignored) goes first on the path
+# a wheel carried in build/np (git-ignored), installed under NP_DIR (default $TMPDIR/kevo-np), goes first on the path
 if ls build/np/numpy-*.whl > /dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --target /tmp/kevo-np build/np/numpy-*.whl 2> /dev/null
-    export PYTHONPATH=/tmp/kevo-np:$PYTHONPATH
+    NP_DIR=${NP_DIR:-${TMPDIR:-/tmp}/kevo-np}
+    python3 -m pip install -q --no-index --no-deps --target "$NP_DIR" build/np/numpy-*.whl 2> /dev/null
+    export PYTHONPATH=$NP_DIR:$PYTHONPATH
 fi
 L1=$KB/level1 L3=$KB/level3
 # Ray, DEAP and litellm come from the bundle (.devbundle/activate.sh): a PYTHONPATH set after the activation
@@ -231,16 +222,6 @@ sec_stream() {  # 48 distinct softmax variants, Triton's cache emptied first, 1 
         --shape batch_size=4096 --shape dim=8192 --candidates 48 --plans 1x12 1x4 --fresh 0 --out "$OUT/stream.json"
 }
 
-sec_stream_budget() {  # the same cold stream, a kernel's compile cut at 8 s (fitness.compile_timeout_s), or at
-    # each budget of STREAM_COMPILE_S in turn, each with Triton's cache emptied
-    local b
-    for b in ${STREAM_COMPILE_S:-8}; do
-        TRITON_CACHE_DIR=$(mktemp -d) timeout "$(left)" python3 bench/throughput_bench.py --config configs/softmax.yaml \
-            --shape batch_size=4096 --shape dim=8192 --candidates 48 --plans 1x12 --fresh 0 --compile-timeout "$b" \
-            --out "$OUT/stream_budget_$b.json"
-    done
-}
-
 sec_real_size() {  # a row reduction at its own shapes (RS_PROBLEM, default 23_Softmax: 4096 x 393216 fp32;
     # the KernelBench copy here has no 24_LogSoftmax), profiler on: evaluations/s of kevo run
     cat > "$OUT/softmax.yaml" <<EOF
@@ -293,48 +274,12 @@ if counted is not None:
 EOF
 }
 
-sec_breakdown() {  # where one evaluation's time goes: 23_Softmax at its own shapes, then the stream's variants cold
-    cat > "$OUT/breakdown.yaml" <<EOF
-problem: {reference: $L1/23_Softmax.py, seeds: [$PWD/problems/softmax/seed.py]}
-operators:
-  space: {softmax_kernel.BLOCK_SIZE: [2048, 4096, 8192, 16384], softmax_kernel.num_warps: [4, 8, 16]}
-platform: cuda
-EOF
-    timeout "$(left)" python3 bench/eval_breakdown.py --config "$OUT/breakdown.yaml" --repeats "${BD_REPEATS:-3}" \
-        ${BD_SAME:+--same} --out "$OUT/breakdown_real_size.json"
-    [[ -n ${REAL_ONLY:-} ]] && return
-    TRITON_CACHE_DIR=$(mktemp -d) timeout "$(left)" python3 bench/eval_breakdown.py --config configs/softmax.yaml \
-        --shape batch_size=4096 --shape dim=8192 --repeats 6 --out "$OUT/breakdown_stream.json"
-}
-
-sec_check_parts() {  # each part of a checked run alone at 23_Softmax's own shapes, then the breakdown's CUDA API calls
-    timeout "$(left)" python3 bench/check_parts.py "$L1/${CP_PROBLEM:-23_Softmax}.py" --out "$OUT/check_parts.json"
-    cat > "$OUT/check_parts.yaml" <<EOF
-problem: {reference: $L1/${CP_PROBLEM:-23_Softmax}.py, seeds: [$PWD/problems/softmax/seed.py]}
-operators:
-  space: {softmax_kernel.BLOCK_SIZE: [2048, 4096, 8192, 16384], softmax_kernel.num_warps: [4, 8, 16]}
-platform: cuda
-EOF
-    local tracer=()
-    if command -v nsys > /dev/null; then
-        tracer=(nsys profile --trace=cuda --sample=none --cpuctxsw=none --force-overwrite true -o "$OUT/check_parts")
-    else
-        echo "nsys is not installed: the breakdown runs without a CUDA API trace"
-    fi
-    timeout "$(left)" "${tracer[@]}" python3 bench/eval_breakdown.py --config "$OUT/check_parts.yaml" --repeats 3 \
-        --out "$OUT/check_parts_breakdown.json"
-    (( ${#tracer[@]} )) || return
-    timeout 120 nsys stats --report cuda_api_sum --format csv --output "$OUT/check_parts" \
-        "$OUT/check_parts.nsys-rep" > /dev/null
-    rm -f "$OUT/check_parts.nsys-rep" "$OUT/check_parts.sqlite"
-}
-
 spy() {  # name, then a command: run it under py-spy (every process under it, waiting threads too), then summarise
     local name=$1; shift
     # py-spy: pip download py-spy --no-deps -d .devbundle (activate.sh installs every wheel there)
     if ! command -v py-spy > /dev/null; then echo "py-spy is not installed"; return 1; fi
     # where py-spy may not read other processes (no ptrace in the container), the command runs plain
-    if ! timeout 60 py-spy record --rate 10 --duration 1 --format raw -o /tmp/spy-probe.txt -- \
+    if ! timeout 60 py-spy record --rate 10 --duration 1 --format raw -o "$OUT/spy_probe.txt" -- \
             python3 -c "import time; time.sleep(3)" > /dev/null 2>&1; then
         echo "py-spy cannot sample here: running the command without it"
         timeout "$(left)" "$@"
@@ -372,44 +317,6 @@ platform: cuda
 EOF
     spy real python3 -m evolve.cli run "$OUT/spy_real.yaml" --run-dir "$OUT/spy-real"
     timeout 60 python3 -m evolve.cli report "$OUT/spy-real" > "$OUT/spy_real_report.txt" 2>&1
-}
-
-sec_trace_cost() {  # what the device trace of one window costs, the first of a process and the later ones
-    timeout "$(left)" python3 bench/trace_cost.py --cols ${TRACE_COLS:-8192 393216} --windows 4 \
-        --out "$OUT/trace_cost.json"
-}
-
-sec_compile_scaling() {  # Triton compiles in 1, 4, 12 processes at once, kevo aside: do they run side by side here?
-    timeout "$(left)" python3 bench/compile_scaling.py --processes 1 4 12 --variants 6 --out "$OUT/compile_scaling.json"
-}
-
-sec_llm() {  # evaluators' busy share while a loopback model answers after 10 s
-    timeout "$(left)" python3 bench/llm_overlap.py --platform cuda --shape batch_size=4096 --shape dim=16384 \
-        --delay 10 --evaluations 60 --concurrency 4 16 \
-        --out "$OUT/llm_overlap.json"
-}
-
-busy_sweep() {  # 20 level-1 problems of the compile sweep, small budgets
-    python3 - "$OUT/busy_sweep.yaml" <<'EOF'
-import os, sys, pathlib, yaml
-sweep = yaml.safe_load(open("bench/kernelbench_compile_sweep.yaml"))
-sweep["problems"] = sweep["problems"][:20]
-for p in sweep["problems"]:  # the same level-1 files, read from $KB
-    p["reference"] = str(pathlib.Path(os.environ["KB"], "level1", pathlib.Path(p["reference"]).name))
-yaml.safe_dump(sweep, open(sys.argv[1], "w"))
-EOF
-}
-
-sec_busy_seq() {
-    busy_sweep
-    timeout "$(left)" python3 bench/sweep_busy.py --sweep "$OUT/busy_sweep.yaml" --side-by-side 1 \
-        --run-dir "$OUT/busy-seq"
-}
-
-sec_busy_side() {
-    busy_sweep
-    timeout "$(left)" python3 bench/sweep_busy.py --sweep "$OUT/busy_sweep.yaml" --side-by-side ${BUSY_SIDE:-12 8} \
-        --run-dir "$OUT/busy-side"
 }
 
 sec_models() {  # whole models: extract at own shapes, sweep the regions (MODEL_EVALS each, at most MODEL_WALL s
@@ -503,30 +410,6 @@ EOF
         > "$OUT/level1_seeds_table.md"
 }
 
-sec_probe_rounding() {  # how far 97's reference rounds on kevo's probes, and the attention's math decomposition
-    # from it (PR_PROBLEM, PR_CANDIDATE: another pair)
-    timeout "$(left)" python3 bench/probe_rounding.py "$L1/${PR_PROBLEM:-97_ScaledDotProductAttention}.py" \
-        --candidate "${PR_CANDIDATE:-bench/candidates/attention_math.py}" --factor 167 --draws 3 \
-        > "$OUT/probe_rounding.jsonl"
-}
-
-sec_ncu_passes() {  # the replay passes of each ncu metric kevo asks for, alone and in the set
-    timeout "$(left)" python3 bench/ncu_passes.py --out "$OUT/ncu_passes.jsonl"
-}
-
-sec_ncu_compute() {  # sm__throughput (9 passes alone) beside the one-pass parts kevo reads instead
-    # (platforms.profiling.ncu.COMPUTE_PARTS) and two pipes, on a softmax, an fp32 and a bf16 matmul (CSV kept)
-    local p compare=sm__throughput.avg.pct_of_peak_sustained_elapsed
-    compare=$compare,sm__issue_active.avg.pct_of_peak_sustained_elapsed
-    compare=$compare,sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_elapsed
-    compare=$compare,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_elapsed
-    compare=$compare,sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_elapsed
-    for p in softmax mm mm_bf16; do
-        timeout "$(left)" python3 bench/ncu_passes.py --program $p --out "$OUT/ncu_compute.jsonl" --csv "$OUT/ncu_csv" \
-            --set compare=$compare
-    done
-}
-
 sec_extract() {  # kevo extract alone over level-3 models at their own shapes (EXTRACT_MODELS: those only)
     local f m
     for f in ${EXTRACT_MODELS:-"$L3"/*.py}; do
@@ -564,5 +447,5 @@ for name in "$@"; do
     section "$name"
 done
 echo "round done in $(( $(date +%s) - start )) s" >> "$OUT/round.log"
-echo "kevo's temporary folders left (Ray's home kept on purpose): $(ls /tmp | grep '^kevo-' | grep -v '^kevo-ray-home-' | tr '\n' ' ')" >> "$OUT/round.log"
+echo "kevo's temporary folders left (Ray's home kept on purpose): $(ls "${TMPDIR:-/tmp}" | grep '^kevo-' | grep -v '^kevo-ray-home-' | tr '\n' ' ')" >> "$OUT/round.log"
 pack

@@ -21,10 +21,10 @@ to --repair-turns turns (kevo's repair prompt; 0: one shot). Per problem:
 Each problem's row is appended to ``--out`` (JSON lines) when it is done;
 run the same command again and problems with a row are skipped.
 
-    OPENAI_API_KEY=... python bench/llm_bench.py /work/shared/kernelbench/level1 --model openai/gpt-4o \\
+    OPENAI_API_KEY=... python bench/llm_bench.py ../shared/kernelbench/level1 --model openai/gpt-4o \\
         --samples 4 --repair-turns 2 --compiled sol_level1.jsonl --out llm_level1.jsonl
     python bench/llm_bench.py problems_folder --model hosted_vllm/Qwen/Qwen2.5-Coder-32B-Instruct \\
-        --api-base http://localhost:8000/v1 --device cpu --shape batch_size=4 --shape dim=100 --out /tmp/llm.jsonl
+        --api-base http://localhost:8000/v1 --device cpu --shape batch_size=4 --shape dim=100 --out llm.jsonl
 """
 
 from __future__ import annotations

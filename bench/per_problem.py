@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import re
 import sys
 import time
@@ -19,7 +20,8 @@ from typing import Any
 from fitness.problem import DTYPES
 from platforms import PLATFORM_NAMES
 
-DEFAULT_FOLDER = Path("/work/shared/kernelbench/level1")
+#: KernelBench's level 1: under $KB (as bench/gpu_round.sh says it), else ../shared/kernelbench beside the checkout.
+DEFAULT_FOLDER = Path(os.environ.get("KB") or Path(__file__).resolve().parents[2] / "shared" / "kernelbench") / "level1"
 #: The error of a problem that was under way when an earlier run of the bench died.
 INTERRUPTED = "interrupted: an earlier run stopped during it"
 

@@ -157,7 +157,7 @@ def table(rows: list[dict]) -> str:
 
 
 def each_problem(tool: str, description: str, make_measure, table, add_arguments=None) -> int:
-    """The main of a bench over a sweep file's problems (this one's and ``harness_layers``'):
+    """The main of a bench over a sweep file's problems:
     its arguments (the sweep file, ``--only`` prefixes of problem names, ``--out`` for the
     rows as JSON, written as they come, and what ``add_arguments(parser)`` adds), then
     ``make_measure(args)(reference, shapes)`` for each chosen problem with a progress line,

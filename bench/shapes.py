@@ -1,5 +1,5 @@
-"""The benchmarks' problems and shapes: the suite, its small shapes, and
-``--shape NAME=VALUE`` options applied to a problem's shape knobs."""
+"""The benchmarks' problems and shapes: the suite, and ``--shape NAME=VALUE``
+options applied to a problem's shape knobs."""
 
 from __future__ import annotations
 
@@ -10,12 +10,6 @@ from fitness import shape_knobs
 
 #: The suite problems under problems/, in the order the benchmarks' tables list them.
 SUITE = ["elementwise", "softmax", "rmsnorm", "sum_middle", "matmul", "matvec"]
-#: Shapes small enough for the CPU interpreter (tests/conftest.py SMALL_SHAPES are the same).
-SMALL = {
-    "elementwise": {"batch_size": 4, "dim": 100}, "softmax": {"batch_size": 4, "dim": 100},
-    "rmsnorm": {"batch_size": 3, "dim": 300}, "sum_middle": {"batch_size": 2, "dim1": 37, "dim2": 50},
-    "matmul": {"M": 33, "K": 47, "N": 29}, "matvec": {"M": 33, "K": 300},
-}
 
 
 def apply_shapes(reference: str | Path, items: list[str], base: dict[str, int] | None = None,

@@ -1,6 +1,7 @@
 """How close eager PyTorch and torch.compile come to each problem's floor.
 
-For every problem file of a KernelBench folder (default: level 1), at its own
+For every problem file of a KernelBench folder (default: level 1 under $KB or
+../shared/kernelbench), at its own
 shapes: the compulsory bytes and FLOPs of the reference, its floor on this
 device (``fitness.floor``, with the device's measured peaks from
 ``platforms.peaks``), the reference timed eager and under ``torch.compile``
@@ -16,7 +17,7 @@ problem that was under way when the process died is recorded as
 
     python bench/sol_bench.py --out sol_level1.jsonl                  # a GPU, level 1
     python bench/sol_bench.py --device cpu --only '^(19|23)_' --skip-compile \\
-        --shape batch_size=8 --shape dim=300 --out /tmp/sol_cpu.jsonl  # a smoke test
+        --shape batch_size=8 --shape dim=300 --out sol_cpu.jsonl      # a smoke test
 
 On an H200, 17 level-1 problems of every kind (matmuls, activations, norms,
 pooling, convolutions, attention, losses) took 45 s together, compiles

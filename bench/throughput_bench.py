@@ -97,11 +97,11 @@ def with_pool(config, sources: list[str], actors: int, slots: int, timing: Timin
 
 def fresh_processes(config, sources: list[str]) -> dict:
     """``kevo verify`` in a new Python process per candidate, with the config's shapes, cutoff and dtype."""
-    shapes = [f"--shape={k}={v}" for k, v in config.problem.shapes.items()]
+    options = [f"--shape={k}={v}" for k, v in config.problem.shapes.items()]
     if config.fitness.max_abs_diff is not None:
-        shapes.append(f"--max-abs-diff={config.fitness.max_abs_diff}")
+        options.append(f"--max-abs-diff={config.fitness.max_abs_diff}")
     if config.problem.dtype is not None:
-        shapes.append(f"--dtype={config.problem.dtype}")
+        options.append(f"--dtype={config.problem.dtype}")
     walls = []
     with tempfile.TemporaryDirectory() as tmp:
         for i, source in enumerate(sources):
@@ -109,13 +109,13 @@ def fresh_processes(config, sources: list[str]) -> dict:
             path.write_text(source)
             t0 = time.perf_counter()
             done = subprocess.run([sys.executable, "-m", "evolve.cli", "verify", str(config.problem.reference),
-                                   str(path), "--json", "--device", config.platform.value, *shapes],
+                                   str(path), "--json", "--device", config.platform.value, *options],
                                   cwd=ROOT, capture_output=True, text=True, timeout=600)
             walls.append(time.perf_counter() - t0)
             if done.returncode not in (0, 1):
                 raise RuntimeError(f"kevo verify failed: {done.stderr[-1000:]}")
     return {"plan": "fresh process per candidate", "wall_s": sum(walls), "evals_per_s": len(sources) / sum(walls),
-            "per_candidate_s": walls}
+            "per_candidate_s": walls, "verify_options": options}
 
 
 def bare(config, sources: list[str], passes: int = 1) -> list[dict]:

@@ -21,7 +21,7 @@ class CudaPlatform(Platform):
     worker_env: dict[str, str] = {}
     # 10 ms of warm-up and a 10 ms window, with at least 12 runs (so that the 10 checked runs
     # and the last are drawn from more than themselves): on an H200 as precise as 25 + 100 ms
-    # and do_bench (docs/RESULTS.md, bench/timing_bench.py --windows), and what lets one GPU
+    # and do_bench (docs/RESULTS.md, "The timing window"), and what lets one GPU
     # judge several candidates a second (the timing lane is the one part that runs alone).
     # Where 12 runs with their fresh inputs and checks would take over 60 ms (kernels on
     # gigabytes), as many as fill 60 ms and at least 5, every one of them checked.

@@ -401,41 +401,6 @@ def test_torch_compile_is_also_timed_under_kevos_protocol_which_counts_the_host_
     assert len(set(drawn)) == len(drawn) >= 3  # every run, warm-up included, on inputs of its own
 
 
-def test_the_sweep_table_takes_its_ratios_from_the_clean_clock_only(tmp_path):
-    """best vs compile comes from the end-of-run rounds (torch.compile timed alone, interleaved); the
-    capture's in-run times are shown but never make a ratio, and a run without rounds says why."""
-    from bench.compile_sweep_table import run_row
-    from evolve.search.confirm import CONFIRMED_EVENT
-    from evolve.session import COMPILED_SEED_FILE, RECORDING_FILE
-    from population_store import Individual, RunStore, source_hash
-
-    def run(name: str, confirmed: dict | None) -> Path:
-        run_dir = tmp_path / name
-        run_dir.mkdir()
-        (run_dir / RECORDING_FILE).write_text(json.dumps({"kernels": {"k": {}}, "compiled_ms": 0.1,
-                                                          "compiled_protocol_ms": 0.3}))
-        (run_dir / COMPILED_SEED_FILE).write_text("seed")
-        with RunStore.create(run_dir / "run.sqlite", {"problem": {}, "search": {}}) as store:
-            store.add_individual(Individual(None, "seed", source_hash("seed"), 0, 0, "seed", [], {},
-                                            "accepted", 0.4, {"status": "accepted", "reference_ms": 0.5,
-                                                              "platform": "cuda"}))
-            store.add_individual(Individual(None, "best", source_hash("best"), 1, 0, "mutation", [1], {},
-                                            "accepted", 0.2, {"status": "accepted", "reference_ms": 0.5,
-                                                              "platform": "cuda"}))
-            if confirmed:
-                store.record_event(CONFIRMED_EVENT, confirmed)
-        return run_dir
-
-    clean = {"ratio": 0.9, "low": 0.88, "high": 0.93, "compile_ms": 0.19, "faster": "torch.compile",
-             "seed": {"ratio": 0.5, "low": 0.5, "high": 0.5}}
-    row = run_row(run("confirmed", {"vs_compile": clean}))
-    assert row["best_vs_compile"] == 0.9 and row["best_vs_compile_range"] == (0.88, 0.93)
-    assert row["seed_vs_compile"] == 0.5 and row["clean_compiled_ms"] == 0.19 and row["faster"] == "torch.compile"
-    row = run_row(run("in-run only", None))
-    assert "best_vs_compile" not in row and "seed_vs_compile" not in row  # 0.3 ms in-run: no ratio from it
-    assert row["compiled_protocol_ms"] == 0.3 and "timed again when the run stops" in row["no_clean_compile"]
-
-
 # --- shapes past 2**31 elements (issue 28) ----------------------------------------------------
 
 SUITE_RECORDED = ["softmax", "rmsnorm", "gelu", "sum_middle", "elementwise"]

@@ -202,7 +202,7 @@ def busy_share(spans: list[tuple[float, float]]) -> float:
     """Time children were being evaluated, over the wall time from the first child's start to the last one's end.
 
     The seed's evaluation, and the first round trip to the model before there is any child to evaluate, are
-    the run starting; ``bench/llm_overlap.py`` measures the same way.
+    the run starting; the LLM loop's busy share in docs/RESULTS.md was measured the same way.
     """
     children = spans[1:]
     return sum(end - start for start, end in children) / (children[-1][1] - children[0][0])

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
-
-from bench.spy_summary import parse, summarise
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -19,8 +18,16 @@ process 10:"python -m evolve.cli run c.yaml";process 20:"ray::EvaluatorActor.eva
 """
 
 
-def test_stacks_are_summed_by_process_kind_and_function():
-    summary = summarise(parse(RAW.splitlines()), rate=50, top=10)
+def spy_summary(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "bench/spy_summary.py", *args], cwd=ROOT, capture_output=True, text=True)
+
+
+def test_stacks_are_summed_by_process_kind_and_function(tmp_path):
+    raw = tmp_path / "raw.txt"
+    raw.write_text(RAW)
+    done = spy_summary(str(raw), "--rate", "50", "--top", "10", "--json")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
     assert set(summary) == {"driver", "ray actor", "worker"}
     assert summary["driver"]["sampled_s"] == 0.8
     actor = summary["ray actor"]
@@ -34,10 +41,9 @@ def test_stacks_are_summed_by_process_kind_and_function():
 def test_the_command_line_refuses_an_empty_record(tmp_path):
     empty = tmp_path / "spy.txt"
     empty.write_text("")
-    done = subprocess.run([sys.executable, "bench/spy_summary.py", str(empty)], cwd=ROOT, capture_output=True, text=True)
+    done = spy_summary(str(empty))
     assert done.returncode == 1 and "no samples" in done.stderr
     raw = tmp_path / "raw.txt"
     raw.write_text(RAW)
-    done = subprocess.run([sys.executable, "bench/spy_summary.py", str(raw), "--rate", "50"], cwd=ROOT,
-                          capture_output=True, text=True)
+    done = spy_summary(str(raw), "--rate", "50")
     assert done.returncode == 0 and "== worker: 1.0 s" in done.stdout, done.stderr

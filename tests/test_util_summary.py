@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
-from bench.util_summary import summary
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def util_summary(*args: str) -> str:
+    done = subprocess.run([sys.executable, "bench/util_summary.py", *args], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def test_the_samples_of_the_work_are_summarised_and_the_rest_left_out(tmp_path):
@@ -12,7 +22,7 @@ def test_the_samples_of_the_work_are_summarised_and_the_rest_left_out(tmp_path):
                    "2026/12/06 10:00:00.500, 0, 0, 500\n"  # start-up: little memory in use
                    "2026/12/06 10:00:00.750, 80, 50, 20000\n"
                    "[N/A]\n")  # a sample nvidia-smi could not take
-    line = summary(csv, busy_mib=8192)
+    line = util_summary(str(csv), "--busy-mib", "8192")
     assert line.startswith("real-size.util.csv: 3 of 4 samples")
     assert "kernel running mean 90%, quartiles 80/90/100%" in line and "memory busy mean 60%" in line
-    assert "too few" in summary(csv, busy_mib=40000)
+    assert "too few" in util_summary(str(csv), "--busy-mib", "40000")

@@ -41,7 +41,7 @@ from platforms.profiling.runner import ProfileParseError, parse_version
 #: (the latency-bound reason). The grid and block sizes come with every launch.
 #: The compute side is the busier of instruction issue and the tensor pipe
 #: (``COMPUTE_PARTS``), not ``sm__throughput``: that breakdown alone took ncu 9
-#: replay passes on an H100 where each of these takes 1 (bench/ncu_passes.py),
+#: replay passes on an H100 where each of these takes 1 (docs/RESULTS.md, "The profiler"),
 #: and on the recorded H200 kernels the two agree on every class
 #: (tests/test_profile_scale.py). Every name here is a column of real ncu output
 #: (tests/fixtures/profilers/ncu_h200). Left out, though the parser still reads
