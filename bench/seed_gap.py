@@ -1,7 +1,7 @@
 """Where a torch.compile seed's time goes: the same kernels timed four ways.
 
 For each chosen problem of a sweep file, the seed ``seeds: compile`` writes is
-captured (``evolve.capture.seed.compile_seed``) and its forward timed, with eager
+captured (``evolve.seeding.seed.compile_seed``) and its forward timed, with eager
 PyTorch and the compiled model beside it:
 
 - ``do_bench``: ``triton.testing.do_bench``, runs enqueued back to back (the
@@ -40,7 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from evolve.capture.seed import SeedError, compile_seed  # noqa: E402
+from evolve.seeding.seed import SeedError, compile_seed  # noqa: E402
 from evolve.sweep_file import load_sweep  # noqa: E402
 from fitness import EvalSettings, Evaluator  # noqa: E402
 from fitness.problem import build_model, load_problem, make_inputs  # noqa: E402

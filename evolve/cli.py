@@ -208,7 +208,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_seed(args: argparse.Namespace) -> int:
-    from evolve.capture.seed import SeedError, compile_seed, describe, write_seeds
+    from evolve.seeding.seed import SeedError, compile_seed, describe, write_seeds
 
     _read(args.problem, "problem file")
     try:
@@ -241,8 +241,8 @@ def _share(text: str) -> float:
 
 
 def cmd_extract(args: argparse.Namespace) -> int:
-    from evolve.capture.extract import extract
-    from evolve.capture.manifest import MANIFEST_FILE, SWEEP_FILE
+    from evolve.models.extract import extract
+    from evolve.models.manifest import MANIFEST_FILE, SWEEP_FILE
 
     _read(args.model, "model file")
     manifest = extract(args.model, args.output, dict(args.shape or []), args.device, args.cover,
@@ -263,7 +263,7 @@ def cmd_extract(args: argparse.Namespace) -> int:
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
-    from evolve.capture.apply import apply
+    from evolve.models.apply import apply
 
     _read(args.model, "model file")
     report = apply(args.model, args.sweep_dir, args.device, args.max_abs_diff, checks=args.checks,

@@ -57,7 +57,7 @@ class OperatorName(str, enum.Enum):
 
 #: ``llm.model`` when no LLM is configured: parametric operators only.
 OFFLINE = "offline"
-COMPILE_SEEDS = "compile"  # problem.seeds: compile -- the seed comes from torch.compile (evolve.capture.seed)
+COMPILE_SEEDS = "compile"  # problem.seeds: compile -- the seed comes from torch.compile (evolve.seeding.seed)
 
 
 # --- every key and its default ---------------------------------------------------
@@ -67,7 +67,7 @@ COMPILE_SEEDS = "compile"  # problem.seeds: compile -- the seed comes from torch
 class ProblemConfig:
     reference: Path  # required: the KernelBench-format problem file
     seeds: tuple[Path, ...]  # required: at least one ModelNew file to start from (or: seeds: compile)
-    # seeds: compile in YAML: one seed written from torch.compile's Triton on this machine's GPU (evolve.capture.seed)
+    # seeds: compile in YAML: one seed written from torch.compile's Triton on this machine's GPU (evolve.seeding.seed)
     compile_seed: bool = False
     shapes: dict[str, int] = dataclasses.field(default_factory=dict)  # overrides of module-level ints
     held_out_shapes: list[dict[str, int]] | None = None  # None: derived by fitness

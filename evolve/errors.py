@@ -13,7 +13,7 @@ start (``SearchError``), a model ``kevo extract`` or ``kevo apply`` cannot take
 
 from __future__ import annotations
 
-from evolve.capture.manifest import CaptureError
+from evolve.models.manifest import CaptureError
 from evolve.config import ConfigError
 from evolve.dispatch.ray import RayUnavailable
 from evolve.search.loop import SearchError

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from evolve.capture.apply import ApplyReport
+from evolve.models.apply import ApplyReport
 from evolve.report_sol import compile_line
 
 
 def applied_lines(r: ApplyReport) -> list[str]:
     """The lines ``kevo apply`` prints (``--json`` prints ``ApplyReport.to_dict()``).
 
-    >>> from evolve.capture.apply import RegionOutcome
+    >>> from evolve.models.apply import RegionOutcome
     >>> region = RegionOutcome("00_linear.py", 0.6, 1, 0, "000-00_linear#4", 0.5, None, None,
     ...                        "kept its own code: its kernel is 0.5x of it")
     >>> print("\\n".join(applied_lines(ApplyReport("m.py", "unchanged", "no kernel is faster", [region], None, None,

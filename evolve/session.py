@@ -241,11 +241,11 @@ def _read_seeds(config: Config, run_dir: Path | None = None) -> list[str]:
     """The seeds' sources; for ``seeds: compile``, written from torch.compile's Triton now (and,
     with ``run_dir``, kept there with what Inductor wrote)."""
     if config.problem.compile_seed:
-        from evolve.capture import apart
-        from evolve.capture.seed import SeedError, compile_seeds
+        from evolve.seeding import apart
+        from evolve.seeding.seed import SeedError, compile_seeds
 
         problem = config.problem
-        # a sweep's runs start in threads: their captures go to processes of their own (evolve.capture.apart)
+        # a sweep's runs start in threads: their captures go to processes of their own (evolve.seeding.apart)
         capture = apart.compile_seeds_apart if apart.wanted() else compile_seeds
         try:  # one seed per distinct program of Inductor's configurations; the first is compile_seed's
             seeds = capture(problem.reference, shapes=dict(problem.shapes), dtype=problem.dtype,

@@ -47,9 +47,9 @@ _SECRET_PREFIXES = (
 )
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[1])
 # kevo's temporary folders, named after the process that owns them: a worker's kevo-worker-<owner pid>-<random>
-# and kevo-spill-<owner pid>-<random>, a capture's kevo-capture-<owner pid>-<random> (evolve.capture.apart),
+# and kevo-spill-<owner pid>-<random>, a capture's kevo-capture-<owner pid>-<random> (evolve.seeding.apart),
 # a profile's kevo-profile-<pid>-, kevo-ncu-<pid>- and kevo-rocprof-<pid>- (fitness.profiling,
-# platforms.profiling), and kevo apply's kevo-apply-<pid>- (evolve.capture.apply). A process killed
+# platforms.profiling), and kevo apply's kevo-apply-<pid>- (evolve.models.apply). A process killed
 # before its own cleanup (SIGKILL, or a SIGTERM that Python does not turn into an exception) leaves
 # them; the next process that starts a worker removes those whose owner is gone.
 _OWNED = re.compile(r"kevo-(?:worker|spill|capture|profile|ncu|rocprof|apply)-(\d+)-[^/]+")

@@ -3,7 +3,7 @@
 Inside one process the timing lane (``fitness.lane``) keeps a timed window
 alone on the device. Other processes on the same GPU do not see that lane:
 a second kevo run or sweep, or a capture timing eager and torch.compile'd
-code for a seed (``evolve.capture``, in a child process for a sweep's runs).
+code for a seed (``evolve.seeding``, in a child process for a sweep's runs).
 Two windows at once would each charge the other's kernels to their own
 candidate. ``DeviceLock.exclusive()`` is an advisory file lock (``flock``)
 named after the device's UUID, taken around every timed window: windows on

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from evolve.capture.apply import _kernel_env
-from evolve.capture.choose import choose
-from evolve.capture.compiled import RegionKernel, compile_with
-from evolve.capture.manifest import read_manifest
+from evolve.models.apply import _kernel_env
+from evolve.models.choose import choose
+from evolve.models.compiled import RegionKernel, compile_with
+from evolve.models.manifest import read_manifest
 from fitness.problem import build_model, load_problem, make_inputs
 from fitness.profile_target import load_candidate
 from platforms import get_platform

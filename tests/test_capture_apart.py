@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from evolve.capture import apart
+from evolve.seeding import apart
 
 ROOT = Path(__file__).resolve().parents[1]
 GELU = ROOT / "problems" / "gelu" / "reference.py"
@@ -29,14 +29,14 @@ def test_only_a_thread_other_than_the_main_one_captures_apart():
 
 
 def test_an_error_in_the_child_is_the_same_seed_error():
-    from evolve.capture.seed import SeedError
+    from evolve.seeding.seed import SeedError
 
     with pytest.raises(SeedError, match=r"unknown Inductor configuration\(s\) nope"):
         apart.compile_seeds_apart(GELU, device="cpu", variants=["nope"])
 
 
 def test_a_child_that_dies_is_a_seed_error_not_a_hang(monkeypatch):
-    from evolve.capture.seed import SeedError
+    from evolve.seeding.seed import SeedError
 
     monkeypatch.setattr(apart.sys, "executable", "/bin/false")
     with pytest.raises(SeedError, match="ended without seeds"):
@@ -49,8 +49,8 @@ def test_a_capture_apart_gives_the_seeds_a_capture_in_process_gives(tmp_path):
     script = f"""
 import dataclasses, json, sys
 sys.path.insert(0, {str(ROOT)!r})
-from evolve.capture.apart import compile_seeds_apart
-from evolve.capture.seed import compile_seeds
+from evolve.seeding.apart import compile_seeds_apart
+from evolve.seeding.seed import compile_seeds
 args = dict(device="cpu", shapes={{"batch_size": 4, "dim": 64}}, variants=["default"])
 here, there = compile_seeds({str(GELU)!r}, **args), compile_seeds_apart({str(GELU)!r}, **args)
 same = [(a.source, a.kernels, a.variant, a.duplicates, a.skipped) == (b.source, b.kernels, b.variant, b.duplicates,
@@ -64,14 +64,14 @@ print(json.dumps([len(here), len(there), same, there[0].kernels]))
     n_here, n_there, same, kernels = json.loads(done.stdout.strip().splitlines()[-1])
     assert n_here == n_there == 1 and same == [True] and kernels
     # the child's progress, logged again here by the parent: a line per configuration
-    assert "INFO:evolve.capture.apart:seed: " in done.stderr and "configuration default captured in" in done.stderr
+    assert "INFO:evolve.seeding.apart:seed: " in done.stderr and "configuration default captured in" in done.stderr
     assert not [p for p in Path(os.environ.get("TMPDIR", "/tmp")).glob("kevo-capture-*")
                 if p.stat().st_mtime > Path(tmp_path).stat().st_mtime]  # the call's folder went with it
 
 
 def test_a_run_started_from_a_thread_captures_apart(monkeypatch, tmp_path):
     from evolve import session
-    from evolve.capture.seed import SeedError
+    from evolve.seeding.seed import SeedError
 
     asked: list[str] = []
 
@@ -118,7 +118,7 @@ def test_profile_and_apply_folders_of_a_killed_process_go_at_the_next_start(tmp_
     kevo-apply- folders behind. They are named after their owner now, and go like a worker's."""
     import tempfile
 
-    from evolve.capture import apply as apply_module
+    from evolve.models import apply as apply_module
     from fitness import profiling, sandbox
     from platforms.profiling import profilers
 
@@ -178,18 +178,18 @@ def test_the_child_s_progress_is_logged_while_it_runs(tmp_path):
             seen.touch()
 
     handler = Handler()
-    logging.getLogger("evolve.capture.apart").addHandler(handler)
-    logging.getLogger("evolve.capture.apart").setLevel(logging.INFO)
+    logging.getLogger("evolve.seeding.apart").addHandler(handler)
+    logging.getLogger("evolve.seeding.apart").setLevel(logging.INFO)
     try:
         tail = apart._run_child([sys.executable, "-c", CHATTY, str(seen)], dict(os.environ), 60, "p.py")
     finally:
-        logging.getLogger("evolve.capture.apart").removeHandler(handler)
+        logging.getLogger("evolve.seeding.apart").removeHandler(handler)
     assert handler.message == "seed: p.py: configuration default captured in 1.0 s"
     assert tail == "the last words"  # the child saw its line logged before it ended
 
 
 def test_a_child_that_takes_too_long_is_killed():
-    from evolve.capture.seed import SeedError
+    from evolve.seeding.seed import SeedError
 
     started = time.monotonic()
     with pytest.raises(SeedError, match="took more than 1 s"):
@@ -201,7 +201,7 @@ ORPHAN = """
 import os, subprocess, sys
 sys.path.insert(0, {root!r})
 child = subprocess.Popen([sys.executable, "-c", "import sys, time; sys.path.insert(0, {root!r}); "
-                          "from evolve.capture.apart import watch_parent; watch_parent(%d, 0.1); time.sleep(60)"
+                          "from evolve.seeding.apart import watch_parent; watch_parent(%d, 0.1); time.sleep(60)"
                           % os.getpid()], stdout=subprocess.DEVNULL)
 print(child.pid, flush=True)
 os._exit(0)  # the parent goes, as a driver killed with -9 does

@@ -1,4 +1,4 @@
-"""Captures of models like KernelBench level 2's (evolve/capture/conv_forms.py, evolve/capture/inductor.py).
+"""Captures of models like KernelBench level 2's (evolve/seeding/conv_forms.py, evolve/seeding/inductor.py).
 
 - A convolution with a bias failed under max-autotune's Triton template on the
   CPU (``triton_convolution2d() takes 6 positional arguments but 7 were
@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from tests.conftest import ROOT, problem_path
 
-from evolve.capture.conv_forms import template_forms
+from evolve.seeding.conv_forms import template_forms
 
 
 def _run(code: str) -> dict[str, str]:
@@ -69,7 +69,7 @@ CONV_CAPTURE = """
 import os, sys
 os.environ["TRITON_INTERPRET"] = "1"
 sys.path.insert(0, {root!r})
-from evolve.capture.inductor import capture
+from evolve.seeding.inductor import capture
 from operators.seeds.convert import seed_source
 from fitness import Evaluator
 path, shapes = {path!r}, {shapes!r}
@@ -128,7 +128,7 @@ WARN_CAPTURE = """
 import os, sys, warnings
 os.environ["TRITON_INTERPRET"] = "1"
 sys.path.insert(0, {root!r})
-from evolve.capture.inductor import capture
+from evolve.seeding.inductor import capture
 from operators.seeds.convert import seed_source
 path = {path!r}
 with warnings.catch_warnings(record=True) as caught:

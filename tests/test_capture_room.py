@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from evolve.capture import room
+from evolve.seeding import room
 from tests.conftest import PROBLEMS
 from tests.test_seed_variants import MSE, problem_file, replay
 
@@ -50,7 +50,7 @@ def test_out_of_memory_is_told_from_other_failures():
 
 @pytest.mark.parametrize("wait_s, again", [(30.0, True), (0.0, False)])
 def test_a_configuration_that_ran_out_beside_others_is_captured_again_once_there_is_room(monkeypatch, wait_s, again):
-    from evolve.capture import inductor, seed
+    from evolve.seeding import inductor, seed
 
     tried: list[str] = []
     replaying = replay(tried)
@@ -81,7 +81,7 @@ def test_a_problem_that_waited_in_vain_does_not_wait_again_for_its_next_configur
     """Out of memory in every configuration, the device never freeing enough: one wait of
     ``memory_wait_s``, not one a configuration (four configurations could hold a sweep's run for
     12 minutes of waiting before it was set aside to run alone)."""
-    from evolve.capture import inductor, seed
+    from evolve.seeding import inductor, seed
 
     def full(path, **kwargs):
         raise RuntimeError("CUDA out of memory. Tried to allocate 7.00 GiB. GPU 0 has 1.06 GiB free")
@@ -175,8 +175,8 @@ def test_a_capture_says_where_its_time_went_attempts_made_again_included(monkeyp
     the attempt it threw away: on an H100 a template capture took 235.7 s with 'compile 1.8 s'."""
     import time
 
-    from evolve.capture import inductor
-    from evolve.capture.seed import _capture_parts
+    from evolve.seeding import inductor
+    from evolve.seeding.seed import _capture_parts
 
     forms = []
 
@@ -200,7 +200,7 @@ def test_a_configuration_starts_in_the_form_the_last_one_ended_in(monkeypatch):
     once one configuration had to fix sizes, the next ones fix them from their first attempt (on an H100,
     86_conv_depthwise_separable_2D's max-autotune capture threw away 76 s of autotuning at full size
     before Dynamo refused, as its default configuration had been refused 7 s in)."""
-    from evolve.capture import inductor, seed
+    from evolve.seeding import inductor, seed
 
     attempts: list[tuple[str, bool]] = []
 
@@ -220,7 +220,7 @@ def test_a_configuration_starts_in_the_form_the_last_one_ended_in(monkeypatch):
 
 
 def test_a_capture_in_a_given_form_records_it_and_a_first_capture_starts_symbolic(monkeypatch, tmp_path):
-    from evolve.capture import inductor
+    from evolve.seeding import inductor
 
     forms = []
 

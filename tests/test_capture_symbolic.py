@@ -1,4 +1,4 @@
-"""Ops traced so that their sizes stay symbolic while a capture compiles (evolve/capture/symbolic.py).
+"""Ops traced so that their sizes stay symbolic while a capture compiles (evolve/seeding/symbolic.py).
 
 ``torch.max_pool1d``'s shape function turned the sequence length into a
 constant as Dynamo traced it: 41_Max_Pooling_1D's seed, captured at one
@@ -21,7 +21,7 @@ import torch
 
 from tests.conftest import ROOT, problem_path
 
-from evolve.capture.symbolic import attributes_replaced, symbolic_sizes
+from evolve.seeding.symbolic import attributes_replaced, symbolic_sizes
 
 POOLS = [  # (input shape, kernel_size, stride, padding, dilation, ceil_mode)
     ((2, 3, 64), 8, 1, 4, 3, False),
@@ -49,7 +49,7 @@ CAPTURE = """
 import os, sys
 os.environ["TRITON_INTERPRET"] = "1"
 sys.path.insert(0, {root!r})
-from evolve.capture.inductor import capture
+from evolve.seeding.inductor import capture
 from operators.seeds.convert import seed_source
 from fitness import Evaluator
 path = {path!r}

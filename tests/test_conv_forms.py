@@ -1,4 +1,4 @@
-"""Convolutions in the forms Inductor's Triton templates take (evolve/capture/conv_forms.py).
+"""Convolutions in the forms Inductor's Triton templates take (evolve/seeding/conv_forms.py).
 
 A 1-D convolution, a dilated one and every transposed one went to cuDNN even
 under max-autotune with Triton alone (``NoValidChoicesError``): 20 of
@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from evolve.capture.conv_forms import template_forms
+from evolve.seeding.conv_forms import template_forms
 
 CONVS = [  # (n, in, out, kernel, stride, padding, dilation, groups)
     (1, 4, 6, 3, 1, 0, 1, 1),

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from evolve.capture.fusion import find_regions
-from evolve.capture.manifest import read_manifest
+from evolve.models.fusion import find_regions
+from evolve.models.manifest import read_manifest
 from fitness.problem import build_model, load_problem, make_inputs
 from tests.conftest import KERNELBENCH, ROOT
 
@@ -148,7 +148,7 @@ def test_partition_places_a_region_that_only_writes_a_buffer():
     """Batch norm in training mode bumps ``num_batches_tracked`` in place: a region nothing outside
     reads. It is still placed, and the partitioned graph computes what the original did, writes
     included."""
-    from evolve.capture.fusion import partition
+    from evolve.models.fusion import partition
 
     found = []
 

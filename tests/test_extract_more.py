@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from evolve.capture.manifest import read_manifest
-from evolve.capture.regions import _moments, describe
+from evolve.models.manifest import read_manifest
+from evolve.models.regions import _moments, describe
 from fitness.problem import build_model, load_problem, make_inputs
 from tests.conftest import ROOT
 
@@ -352,7 +352,7 @@ def test_a_model_that_fails_on_its_own_inputs_is_told_so(tmp_path):
 def test_describe_takes_a_slice_of_a_large_tensor_at_a_time():
     script = textwrap.dedent('''
         import resource, torch
-        from evolve.capture.regions import describe
+        from evolve.models.regions import describe
         x = torch.randn(32 << 20)  # 128 MiB
         describe(torch.randn(1000))
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -406,7 +406,7 @@ def _(x):
 
 
 def test_a_forward_slowed_by_something_else_does_not_make_its_region_hot(tmp_path):
-    from evolve.capture.model import capture, profile
+    from evolve.models.model import capture, profile
     from platforms import get_platform
 
     model = model_file(tmp_path, "spiky", '''

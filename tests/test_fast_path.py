@@ -80,7 +80,7 @@ def test_only_a_static_capture_gives_a_fast_path():
 
 
 def test_a_fast_path_that_cannot_be_captured_leaves_the_seed_as_it_was_and_says_why(replayed):  # noqa: F811
-    from evolve.capture import seed as seeds
+    from evolve.seeding import seed as seeds
 
     seed = seeds.compile_seeds(problem_file("89_cumsum"), variants=["default"])[0]
     assert GUARD not in seed.source and replayed == ["default", "default static"]

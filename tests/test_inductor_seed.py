@@ -1,4 +1,4 @@
-"""Seeds from torch.compile (operators.seeds.convert, evolve.capture.seed, ``kevo seed``), on the CPU.
+"""Seeds from torch.compile (operators.seeds.convert, evolve.seeding.seed, ``kevo seed``), on the CPU.
 
 The conversion runs on what Inductor wrote on an H200 (recorded with
 ``tests/fixtures/inductor/record.py``; torch 2.11, Triton 3.6), and the seeds
@@ -363,7 +363,7 @@ def test_the_capture_reads_configs_from_this_problems_module_only(tmp_path, monk
 
     from torch._inductor.codecache import PyCodeCache
 
-    from evolve.capture import inductor as inductor_capture
+    from evolve.seeding import inductor as inductor_capture
 
     def module(code: str, block: int) -> types.ModuleType:
         path = tmp_path / f"m{block}.py"
@@ -389,7 +389,7 @@ def test_torch_compile_is_also_timed_under_kevos_protocol_which_counts_the_host_
     figure is taken that way."""
     import time
 
-    from evolve.capture.inductor import _protocol_ms
+    from evolve.seeding.inductor import _protocol_ms
 
     drawn = []
 

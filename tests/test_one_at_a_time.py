@@ -57,7 +57,7 @@ def test_a_trace_that_fails_to_start_lets_the_next_one_in(monkeypatch):
 
 
 def test_one_capture_at_a_time_in_a_process(monkeypatch):
-    from evolve.capture import inductor
+    from evolve.seeding import inductor
 
     inside: dict[int, object] = {}  # each thread's record, called from inside the capture
 

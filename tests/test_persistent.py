@@ -104,7 +104,7 @@ def test_the_judge_accepts_the_persistent_seed(evaluators):
 
 
 def test_compile_seeds_adds_the_persistent_seed_after_the_split_k_one(replayed):
-    from evolve.capture.seed import compile_seeds
+    from evolve.seeding.seed import compile_seeds
 
     base, *_, made = compile_seeds(PROBLEMS / "matmul" / "reference.py")  # the precision twins and split-K between
     assert made.variant == "max_autotune_persistent" and made.source == persistent_seed(base.source)

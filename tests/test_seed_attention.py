@@ -45,7 +45,7 @@ def test_the_fused_attention_kernel_gives_no_seed_and_its_math_does():
 
 
 def test_compile_seeds_decomposes_the_attention_and_skips_what_cannot_help(replayed):
-    from evolve.capture.seed import compile_seeds
+    from evolve.seeding.seed import compile_seeds
 
     seeds = compile_seeds(problem_file(ATTENTION))
     assert replayed == ["default", "attention_math"]
@@ -59,7 +59,7 @@ def test_compile_seeds_decomposes_the_attention_and_skips_what_cannot_help(repla
 
 
 def test_kevo_seed_goes_on_to_the_attention_math(replayed):
-    from evolve.capture.seed import compile_seed
+    from evolve.seeding.seed import compile_seed
 
     seed = compile_seed(problem_file(ATTENTION))
     assert replayed == ["default", "attention_math"]

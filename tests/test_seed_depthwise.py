@@ -132,7 +132,7 @@ def test_the_judge_accepts_the_variant(evaluators):
 
 
 def test_compile_seeds_starts_a_depthwise_problem_from_the_variant_too(replayed):
-    from evolve.capture.seed import compile_seeds
+    from evolve.seeding.seed import compile_seeds
     from tests.test_seed_variants import problem_file
 
     seeds = compile_seeds(problem_file(DEPTHWISE), variants=["max_autotune"])

@@ -1,5 +1,5 @@
 """When no Inductor configuration gives a seed, ``compile_seeds`` says whether the problem's own model
-fails uncompiled at those shapes (evolve.capture.seed._reference_error), on the CPU.
+fails uncompiled at those shapes (evolve.seeding.seed._reference_error), on the CPU.
 
 The failing model is KernelBench 73's kind of mistake: its ``get_init_inputs`` passes ``groups`` where
 the constructor takes ``output_padding``, and a transposed convolution with an output padding past its
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from evolve.capture import inductor, seed
-from evolve.capture.seed import SeedError, compile_seeds
+from evolve.seeding import inductor, seed
+from evolve.seeding.seed import SeedError, compile_seeds
 
 PROBLEM = """
 import torch

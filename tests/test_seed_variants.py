@@ -24,7 +24,7 @@ import pytest
 
 from tests.conftest import PROBLEMS, ROOT, problem_path
 
-from evolve.capture.inductor import VARIANTS
+from evolve.seeding.inductor import VARIANTS
 from fitness.screen import screen
 from operators import apply_params, check_space, find_tunables
 from operators.seeds.convert import NotTritonOnly, seed_source
@@ -65,7 +65,7 @@ def converted(problem: str, variant: str) -> str:
 
 
 def replay(captured: list | None = None):
-    """A stand-in for ``evolve.capture.inductor.capture`` that hands back the recordings."""
+    """A stand-in for ``evolve.seeding.inductor.capture`` that hands back the recordings."""
     def capture(path, device="cuda", mode=None, time_it=True, shapes=None, dtype=None, variant=None, form=None,
                 static=False):
         stem = Path(path).stem
@@ -84,7 +84,7 @@ def replay(captured: list | None = None):
 @pytest.fixture
 def replayed(monkeypatch):
     """``compile_seeds`` without a GPU: the capture replays the recordings; the calls it got."""
-    from evolve.capture import inductor, seed
+    from evolve.seeding import inductor, seed
 
     captured: list[str] = []
     monkeypatch.setattr(inductor, "capture", replay(captured))
@@ -185,7 +185,7 @@ def test_the_program_key_ignores_tunable_numbers_layout_and_header_but_not_the_p
 
 
 def test_compile_seeds_keeps_one_seed_per_program_named_by_its_configuration(replayed):
-    from evolve.capture.seed import compile_seeds
+    from evolve.seeding.seed import compile_seeds
 
     seeds = compile_seeds(problem_file(MSE))
     assert [s.variant for s in seeds] == ["default", "looped_reductions", "no_split_reductions"]
@@ -200,7 +200,7 @@ def test_compile_seeds_keeps_one_seed_per_program_named_by_its_configuration(rep
 
 
 def test_a_configuration_that_cannot_change_the_program_is_not_captured(replayed):
-    from evolve.capture.seed import compile_seeds
+    from evolve.seeding.seed import compile_seeds
 
     (gelu,) = compile_seeds(PROBLEMS / "gelu" / "reference.py")
     assert replayed == ["default", "coordinate_descent", "max_autotune", "default static"]  # no reduction
@@ -229,7 +229,7 @@ def test_a_templates_precision_twin_is_judged_like_any_seed(replayed, evaluators
     """Seen on the H200: a GEMM region's dot moved from ieee to tf32 ran 7x faster within its
     cutoff, and two other regions' budgets ran out before the search got there. The twins start
     there; on the CPU the interpreter's dot is what is judged, on a GPU the precision too."""
-    from evolve.capture.seed import compile_seeds
+    from evolve.seeding.seed import compile_seeds
 
     seeds = {seed.variant: seed for seed in compile_seeds(problem_file(problem))}
     twin = seeds[f"max_autotune_{precision}"]
@@ -243,7 +243,7 @@ def test_torch_compiles_own_time_is_kept_beside_a_template_seeds(replayed, monke
     """A GEMM's seed comes from max-autotune's Triton templates, whose compiled time is not what a
     user of torch.compile gets (cuBLAS, in the default configuration): that one is kept beside it,
     for tables against torch.compile (bench/compile_sweep_table.py)."""
-    from evolve.capture import inductor, seed as seed_module
+    from evolve.seeding import inductor, seed as seed_module
 
     replay_one = inductor.capture
 
@@ -260,7 +260,7 @@ def test_torch_compiles_own_time_is_kept_beside_a_template_seeds(replayed, monke
 
 def test_no_precision_twin_where_the_template_reads_half_precision(replayed, monkeypatch):
     """A template on fp16 operands takes the tensor cores already: its twins would be the same program."""
-    from evolve.capture import seed as seed_module
+    from evolve.seeding import seed as seed_module
     from operators.seeds.precision import precision_seed, reads_fp32
 
     (matmul, *_) = seed_module.compile_seeds(problem_file("matmul/reference"))
@@ -279,7 +279,7 @@ def test_no_precision_twin_where_the_template_reads_half_precision(replayed, mon
 
 
 def test_compile_seeds_names_every_configuration_when_none_gives_a_seed(replayed):
-    from evolve.capture.seed import SeedError, compile_seeds
+    from evolve.seeding.seed import SeedError, compile_seeds
 
     with pytest.raises(SeedError, match=r"no seed from any Inductor configuration: default: no Triton-only seed"):
         compile_seeds(PROBLEMS / "matmul" / "reference.py", variants=["default"])
@@ -441,7 +441,7 @@ def test_a_live_cpu_capture_gives_the_persistent_and_the_looped_seed(tmp_path):
     script = f"""
 import json, sys
 sys.path.insert(0, {str(ROOT)!r})
-from evolve.capture.seed import compile_seeds
+from evolve.seeding.seed import compile_seeds
 seeds = compile_seeds({str(problem_file(LAYER_NORM))!r}, device="cpu",
                       shapes={{"batch_size": 2, "features": 3, "dim1": 4, "dim2": 5}})
 print(json.dumps([[s.variant, list(s.duplicates), s.kernels] for s in seeds]))
@@ -453,7 +453,7 @@ print(json.dumps([[s.variant, list(s.duplicates), s.kernels] for s in seeds]))
 
 
 def test_a_cpu_capture_needs_the_interpreter_from_the_start():
-    from evolve.capture.inductor import capture
+    from evolve.seeding.inductor import capture
 
     if os.environ.get("TRITON_INTERPRET") == "1":
         pytest.skip("this process runs Triton's interpreter")
@@ -504,7 +504,7 @@ def test_a_bias_shaped_to_broadcast_is_captured_and_judged(tmp_path):
     script = f"""
 import json, sys
 sys.path.insert(0, {str(ROOT)!r})
-from evolve.capture.seed import compile_seeds
+from evolve.seeding.seed import compile_seeds
 from fitness import Evaluator
 (seed,) = compile_seeds({str(problem)!r}, device="cpu", variants=["default"])
 with Evaluator({str(problem)!r}, platform="cpu") as evaluator:

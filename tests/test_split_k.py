@@ -204,7 +204,7 @@ def test_the_judge_accepts_the_split_k_seed(evaluators):
 @pytest.fixture
 def replayed(monkeypatch):
     """``compile_seeds`` without a GPU, replaying the recordings (``edit`` rewrites the recorded code)."""
-    from evolve.capture import inductor, seed
+    from evolve.seeding import inductor, seed
 
     edits: list = []
     captured: list[str] = []
@@ -223,7 +223,7 @@ def replayed(monkeypatch):
 
 
 def test_compile_seeds_adds_the_split_k_seed_after_the_gemm_template_seed(replayed, tmp_path):
-    from evolve.capture.seed import compile_seeds, write_seeds
+    from evolve.seeding.seed import compile_seeds, write_seeds
 
     seeds = compile_seeds(PROBLEMS / "matmul" / "reference.py")
     assert [s.variant for s in seeds] == ["max_autotune", "max_autotune_tf32", "max_autotune_tf32x3",
@@ -242,7 +242,7 @@ def test_compile_seeds_adds_the_split_k_seed_after_the_gemm_template_seed(replay
 
 
 def test_a_gemm_template_split_k_declines_is_named_among_the_skipped(replayed):
-    from evolve.capture.seed import compile_seeds
+    from evolve.seeding.seed import compile_seeds
 
     replayed.append(lambda code: code.replace("ACC_TYPE : tl.constexpr = tl.float32",
                                               "ACC_TYPE : tl.constexpr = tl.float64"))
@@ -292,7 +292,7 @@ def test_a_live_capture_with_bias_and_relu_fused_gives_a_split_k_seed_the_judge_
     script = f"""
 import json, sys
 sys.path.insert(0, {str(ROOT)!r})
-from evolve.capture.seed import compile_seeds
+from evolve.seeding.seed import compile_seeds
 from fitness import Evaluator
 from operators import apply_params, find_tunables
 seeds = compile_seeds({str(problem)!r}, device="cpu", variants=["max_autotune"])

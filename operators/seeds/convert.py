@@ -1,7 +1,7 @@
 """Turn a recording of torch.compile's Inductor output into a seed candidate file.
 
 ``seed_source(recording, problem_source)`` takes what
-``evolve.capture.inductor.capture`` recorded for a problem and the problem
+``evolve.seeding.inductor.capture`` recorded for a problem and the problem
 file's text, and writes a standalone KernelBench candidate:
 
 - the Triton kernels Inductor generated, as plain ``@triton.jit`` functions

@@ -1,6 +1,6 @@
 """A seed that runs torch.compile's own code at the shapes it is bred on, and holds at every other.
 
-A seed from torch.compile is captured with every size symbolic (``evolve.capture.inductor``), so
+A seed from torch.compile is captured with every size symbolic (``evolve.seeding.inductor``), so
 that it holds at the held-out shapes it is judged on. That generality costs the main shapes their
 speed: with the sizes known, Inductor writes other code (no masks where a block divides a size, a
 softmax's reduction split to the row's length, configs tuned for those sizes). What a user's

@@ -1,7 +1,7 @@
 """Seeds from several Inductor configurations: each one named, duplicates dropped.
 
-``evolve.capture.seed.compile_seeds`` captures a problem under several
-``torch._inductor.config`` settings (``evolve.capture.inductor.VARIANTS``) and
+``evolve.seeding.seed.compile_seeds`` captures a problem under several
+``torch._inductor.config`` settings (``evolve.seeding.inductor.VARIANTS``) and
 converts each capture. This module is the pure-text half:
 
 - ``configuration_line(recording)``: the line of a seed's header that names the

@@ -2,11 +2,11 @@
 
 The sweep's runs (``kevo sweep`` over the ``sweep.yaml`` that ``kevo extract``
 wrote) each hold the best kernel found for one region. The model is captured
-again as extract captured it (``evolve.capture.model``, at the manifest's
+again as extract captured it (``evolve.models.model``, at the manifest's
 shapes), and every region whose spec key is in the manifest and has a kernel
 faster than the region's own code (as the judge timed the two) runs that
 kernel's ``ModelNew`` instead, holding the model's own parameters
-(``evolve.capture.regions.bind_state``); a region whose best kernel is slower
+(``evolve.models.regions.bind_state``); a region whose best kernel is slower
 keeps its code, and the report says so (``keep_slower`` puts it in anyway).
 Then:
 
@@ -14,8 +14,8 @@ Then:
   model-level cutoff, and every patched region against its own code on the
   activations it meets in the model, under the region's cutoff. One wrong
   region refuses the whole model, and the refusal names it;
-- the compiled model (``evolve.capture.choose``): the model under torch.compile with the
-  kernels as custom operators that Inductor keeps as they are (``evolve.capture.compiled``),
+- the compiled model (``evolve.models.choose``): the model under torch.compile with the
+  kernels as custom operators that Inductor keeps as they are (``evolve.models.compiled``),
   a kernel in only where the whole compiled model gets faster with it; checked again on fresh
   inputs, then eager, torch.compile of the same model and the patched one timed in interleaved
   rounds, each alone on the device: the figure over torch.compile with its interval. Beside it,
@@ -40,11 +40,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from evolve.capture.manifest import CaptureError, Manifest, RegionEntry, read_manifest
-from evolve.capture.choose import Compiled, choose, output_tensors, versus
-from evolve.capture.compiled import RegionKernel, write_module
-from evolve.capture.model import Captured, Key, capture
-from evolve.capture.regions import (NotWritable, RegionSpec, before_writes, bind_state, describe, region_spec,
+from evolve.models.manifest import CaptureError, Manifest, RegionEntry, read_manifest
+from evolve.models.choose import Compiled, choose, output_tensors, versus
+from evolve.models.compiled import RegionKernel, write_module
+from evolve.models.model import Captured, Key, capture
+from evolve.models.regions import (NotWritable, RegionSpec, before_writes, bind_state, describe, region_spec,
                                     write_back)
 from evolve.session import STORE_FILE
 from evolve.sweep_file import stored_entries
@@ -366,7 +366,7 @@ def _outcome(entry: RegionEntry, kernel: Kernel | None, applied: int, worst: tup
 def _compiled(report: ApplyReport, problem: Any, patch: _Patch, manifest: Manifest, folder: Path,
               kernels: dict[str, Kernel], classes: dict[str, type], platform: Platform, force: bool,
               checks: int) -> None:
-    """The compiled model's choice, check and times into ``report`` (``evolve.capture.choose``): a
+    """The compiled model's choice, check and times into ``report`` (``evolve.models.choose``): a
     region's kernel in only where the whole compiled model is faster with it (all with ``force``)."""
     original = build_model(problem.Model, problem, 0, platform.device())
     entries = sorted((e for e in manifest.regions if e.problem in classes and patch.applied().get(e.problem)),
@@ -419,7 +419,7 @@ def _chosen(report: ApplyReport, outcome: Compiled, problems: dict[str, str]) ->
 
 def _write(report: ApplyReport, folder: Path, model_path: Path, manifest: Manifest, source_folder: Path,
            kernels: dict[str, Kernel]) -> None:
-    """The package of the chosen kernels (``evolve.capture.compiled.write_module``)."""
+    """The package of the chosen kernels (``evolve.models.compiled.write_module``)."""
     keys = {e.problem: e.key for e in manifest.regions}
     chosen = [(keys[r.problem], r.problem, kernels[r.problem].source, source_folder / r.problem)
               for r in report.regions if r.applied]

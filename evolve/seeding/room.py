@@ -1,7 +1,7 @@
 """Room on the device for a capture beside other work: one that ran out of memory waits for it, then tries again.
 
 In a sweep with problems side by side, each run's capture (torch.compile in
-a process of its own, ``evolve.capture.apart``) allocates the problem's
+a process of its own, ``evolve.seeding.apart``) allocates the problem's
 tensors beside the other runs' evaluators and captures, which no memory plan
 counts. One that runs out there is not out of reach: the others' work ends
 and gives its memory back. ``captured_with_room`` then waits, up to

@@ -26,7 +26,7 @@ class RegionEntry:
     """One problem file: a region of the model (``count`` identical ones)."""
 
     problem: str  # the file's name, beside the manifest
-    key: str  # the region's spec key (evolve.capture.regions): apply finds the region by it
+    key: str  # the region's spec key (evolve.models.regions): apply finds the region by it
     kind: str  # gemm, conv, attention, recurrent, fused
     ops: list[str]  # its operators, in order
     share: float  # of the model's device time, all ``count`` instances together

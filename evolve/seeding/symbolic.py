@@ -16,7 +16,7 @@ keeps them symbolic.
 
 ``symbolic_sizes()`` puts such equivalents in place of the ops for the
 duration of a capture (one capture at a time in a process:
-``evolve.capture.inductor``); each computes exactly what the op does.
+``evolve.seeding.inductor``); each computes exactly what the op does.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def _instance_norm_unchecked(original: Any) -> Any:
 @contextlib.contextmanager
 def attributes_replaced(replacements: list[tuple[Any, str, Any]]) -> Iterator[None]:
     """Each ``(owner, name, value)``'s attribute set to ``value`` inside the block, and put back after it,
-    also when the block raises (``evolve.capture.conv_forms`` replaces ops this way too)."""
+    also when the block raises (``evolve.seeding.conv_forms`` replaces ops this way too)."""
     originals = [(owner, name, getattr(owner, name)) for owner, name, _ in replacements]
     try:
         for owner, name, value in replacements:

@@ -25,9 +25,9 @@ problem's inputs, and returns a *recording*: a JSON-able dict with
 (persistent or looped reductions, split reductions off, coordinate-descent tuning, max-autotune
 with its Triton GEMM and convolution templates, and those templates with
 ``scaled_dot_product_attention`` traced by its math: ``entry["attention"] == "math"``), recorded
-as ``entry["variant"]`` and ``entry["inductor_config"]``; ``evolve.capture.seed.compile_seeds``
+as ``entry["variant"]`` and ``entry["inductor_config"]``; ``evolve.seeding.seed.compile_seeds``
 captures a problem under each and keeps the distinct programs. Every benchmark Inductor times
-takes the device's timed-window lock (``evolve.capture.room``).
+takes the device's timed-window lock (``evolve.seeding.room``).
 
 ``device="cpu"`` compiles with Inductor's Triton backend for the CPU (``cpu_backend="triton"``)
 and runs its kernels under Triton's interpreter (``_cpu_triton``): real Inductor output,
@@ -48,16 +48,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from evolve.capture.conv_forms import template_forms
-from evolve.capture.room import benchmarks_alone
-from evolve.capture.symbolic import symbolic_sizes
+from evolve.seeding.conv_forms import template_forms
+from evolve.seeding.room import benchmarks_alone
+from evolve.seeding.symbolic import symbolic_sizes
 from fitness.problem import build_model, load_problem, make_inputs
 from platforms import get_platform, time_runs
 from platforms.device_lock import window as device_window
 
 #: One capture at a time in a process: Inductor's configuration is process-wide (a variant's patch would
 #: leak into another thread's compile) and so is the profiler that times eager and compiled code. (A
-#: sweep's runs side by side capture in child processes of their own instead: evolve.capture.apart.)
+#: sweep's runs side by side capture in child processes of their own instead: evolve.seeding.apart.)
 _ONE_CAPTURE = threading.Lock()
 
 #: Inductor configurations a problem is captured under, in the order seeds are offered: name ->
@@ -353,9 +353,9 @@ def _capture(path: Path, device: str, mode: str | None, time_it: bool, shapes: d
     @contextlib.contextmanager
     def compiling() -> Iterator[None]:
         """Where the compiled model runs: ops that would fix a size traced in a form that does not
-        (``evolve.capture.symbolic``); under the templates, convolutions in forms they take
-        (``evolve.capture.conv_forms``); attention by its math for ``MATH_ATTENTION``; each of
-        Inductor's benchmarks in a timed window of its own (``evolve.capture.room.benchmarks_alone``)."""
+        (``evolve.seeding.symbolic``); under the templates, convolutions in forms they take
+        (``evolve.seeding.conv_forms``); attention by its math for ``MATH_ATTENTION``; each of
+        Inductor's benchmarks in a timed window of its own (``evolve.seeding.room.benchmarks_alone``)."""
         templates = bool(VARIANTS[variant].get("max_autotune"))
         with symbolic_sizes(), benchmarks_alone(device), \
                 template_forms() if templates else contextlib.nullcontext(), \

@@ -2,8 +2,8 @@
 as it is, while it compiles the rest of the model as torch.compile would.
 
 ``KernelBackend(model, kernels)`` is a ``torch.compile`` backend. Each graph Dynamo traces is cut
-into regions as ``kevo extract`` cut it (``evolve.capture.fusion``); a region whose spec key
-(``evolve.capture.regions.region_spec``) has a kernel in ``kernels`` and is ``active`` runs that
+into regions as ``kevo extract`` cut it (``evolve.models.fusion``); a region whose spec key
+(``evolve.models.regions.region_spec``) has a kernel in ``kernels`` and is ``active`` runs that
 kernel's ``ModelNew`` (holding the model's own parameters) behind an operator of the ``kevo``
 library; Inductor (``compile_fx``, torch.compile's default backend) compiles the graph around it.
 Each set of active kernels is compiled once per graph, on the forward that first meets it, and
@@ -29,8 +29,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from evolve.capture.fusion import RegionCall, find_regions, partition
-from evolve.capture.regions import NotWritable, TensorStats, bind_state, describe, region_spec, write_back
+from evolve.models.fusion import RegionCall, find_regions, partition
+from evolve.models.regions import NotWritable, TensorStats, bind_state, describe, region_spec, write_back
 
 
 @dataclasses.dataclass
@@ -249,7 +249,7 @@ match keeps torch.compile's code. Needs kevo importable (its evolve package), no
 
 from pathlib import Path
 
-from evolve.capture.compiled import compile_with, load_kernels
+from evolve.models.compiled import compile_with, load_kernels
 
 HERE = Path(__file__).resolve().parent
 
@@ -257,7 +257,7 @@ HERE = Path(__file__).resolve().parent
 def backend(model):
     """A torch.compile backend for ``model`` with the kernels in (``torch.compile(model, backend=...,
     dynamic=False)``); ``backend.found()`` says which regions matched after a forward."""
-    from evolve.capture.compiled import KernelBackend
+    from evolve.models.compiled import KernelBackend
 
     return KernelBackend(model, load_kernels(HERE))
 

@@ -2,7 +2,7 @@
 
 ``describe(tensor)`` records what a region's argument looked like in the real
 model (shape, dtype, and the range of its values); ``region_spec`` turns a
-region's graph (``evolve.capture.fusion.RegionCall``) and those descriptions
+region's graph (``evolve.models.fusion.RegionCall``) and those descriptions
 into a ``RegionSpec``, and ``render`` writes it out: ``Model(nn.Module)``
 whose parameters and buffers are the region's (created in the order the
 region reads them, so a ``ModelNew`` that makes the same ones in the same
@@ -30,7 +30,7 @@ import operator
 import re
 from typing import Any
 
-from evolve.capture.fusion import RegionCall, inplace_free
+from evolve.models.fusion import RegionCall, inplace_free
 
 
 class NotWritable(Exception):
@@ -193,7 +193,7 @@ def _rewrite(call: RegionCall, placeholders: list[Any], graph: Any, env: dict) -
     outputs, and the arguments it wrote (their indices), whose new values the caller returns too."""
     from torch import fx
 
-    from evolve.capture.fusion import VIEW, classify
+    from evolve.models.fusion import VIEW, classify
 
     index = {node: i for i, node in enumerate(placeholders)}
     mutated: list[int] = []

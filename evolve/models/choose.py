@@ -4,7 +4,7 @@ A region's kernel goes in only where the whole model, under torch.compile, gets 
 In order of the regions' shares, the compiled model with the kernels chosen so far, and with
 this one too, are timed in ``ROUNDS`` interleaved rounds (each window alone on the device:
 ``platforms.device_lock``); the kernel stays only if the model is faster with it in every round.
-One Dynamo capture serves every trial (``evolve.capture.compiled.KernelBackend``: each set of
+One Dynamo capture serves every trial (``evolve.models.compiled.KernelBackend``: each set of
 kernels compiled once). Then the chosen model is checked against the original on fresh inputs,
 and eager, torch.compile (its defaults: the incumbent, a model of its own) and the chosen model
 are timed in ``ROUNDS`` interleaved rounds: the figure over torch.compile, with its interval.
@@ -19,8 +19,8 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
-from evolve.capture.compiled import RegionKernel, compile_with
-from evolve.capture.model import time_forward
+from evolve.models.compiled import RegionKernel, compile_with
+from evolve.models.model import time_forward
 from fitness.compare import compare
 from fitness.problem import Problem, build_model, make_inputs
 from platforms import Platform

@@ -1,14 +1,14 @@
 """Seeds from torch.compile: ``kevo seed``, ``problem.seeds: compile`` and sweeps without seed files.
 
 ``compile_seed(problem_path)`` captures Inductor's output for the problem on this machine's GPU
-(``evolve.capture.inductor``) and converts it into a candidate file (``operators.seeds.convert``). A
+(``evolve.seeding.inductor``) and converts it into a candidate file (``operators.seeds.convert``). A
 matmul or convolution that Inductor hands to an extern library (cuBLAS, cuDNN) is captured again with
 its max-autotune Triton templates, and an attention it hands to a fused ATen kernel, by its math with
 those templates (``attention_math``); where that still calls the library, or the code holds anything but
 Triton kernels, the problem gets no seed and ``SeedError`` says why in one line.
 
 ``compile_seeds(problem_path)`` captures the problem under each of Inductor's configurations in
-``evolve.capture.inductor.VARIANTS`` (persistent against looped reductions, split reductions off,
+``evolve.seeding.inductor.VARIANTS`` (persistent against looped reductions, split reductions off,
 coordinate-descent tuning, max-autotune with its Triton GEMM and convolution templates, and where the
 default code calls a fused attention kernel, attention by its math with those templates), converts each,
 and keeps one seed per distinct program (``operators.seeds.variants``: equal up to tunable numbers, the
@@ -75,8 +75,8 @@ class CompiledSeed:
     mode: str | None  # None, or "max-autotune-triton" when the templates were needed
     eager_ms: float | None
     compiled_ms: float | None
-    recording: dict[str, Any]  # what Inductor wrote (evolve.capture.inductor), kept with a run
-    variant: str = "default"  # the Inductor configuration it came from (evolve.capture.inductor.VARIANTS)
+    recording: dict[str, Any]  # what Inductor wrote (evolve.seeding.inductor), kept with a run
+    variant: str = "default"  # the Inductor configuration it came from (evolve.seeding.inductor.VARIANTS)
     duplicates: tuple[str, ...] = ()  # configurations that wrote the same program, dropped for this one
     skipped: tuple[tuple[str, str], ...] = ()  # (configuration, why it gave no seed), on compile_seeds' first
 
@@ -91,7 +91,7 @@ def compile_seed(problem_path: str | Path, device: str = "cuda", shapes: dict[st
                  dtype: str | None = None) -> CompiledSeed:
     """The seed for the problem at ``problem_path`` from torch.compile on ``device``, compiled at
     ``shapes`` (the problem's own if None); ``SeedError`` if none."""
-    from evolve.capture.inductor import capture
+    from evolve.seeding.inductor import capture
 
     problem_path = Path(problem_path)
     try:
@@ -99,7 +99,7 @@ def compile_seed(problem_path: str | Path, device: str = "cuda", shapes: dict[st
     except OSError as exc:
         raise SeedError(f"cannot read problem file {problem_path}: {exc.strerror}") from None
     _require_gpu(device)
-    from evolve.capture.inductor import FUSED_ATTENTION
+    from evolve.seeding.inductor import FUSED_ATTENTION
 
     first: NotTritonOnly | None = None
     variant = "default"
@@ -168,9 +168,9 @@ def compile_seeds(problem_path: str | Path, device: str = "cuda", shapes: dict[s
     ``limit``: the configurations after the one that gives the ``limit``-th distinct seed are not
     captured (a run evaluates no more seeds than its budget). ``memory_wait_s`` > 0: a configuration
     that runs out of device memory waits up to that long for it and is captured once more
-    (``evolve.capture.room``; a sweep's runs side by side)."""
-    from evolve.capture.inductor import VARIANTS, capture
-    from evolve.capture.room import captured_with_room
+    (``evolve.seeding.room``; a sweep's runs side by side)."""
+    from evolve.seeding.inductor import VARIANTS, capture
+    from evolve.seeding.room import captured_with_room
     from fitness.refusal import out_of_memory
 
     from operators.seeds.variants import distinct
@@ -309,7 +309,7 @@ def _capture_parts(recording: dict[str, Any]) -> str:
 
 def _cannot_change(variant: str, default_code: str | None) -> str:
     """Why capturing ``variant`` could not give a program the default capture did not ("" if it could)."""
-    from evolve.capture.inductor import FUSED_ATTENTION, MATH_ATTENTION
+    from evolve.seeding.inductor import FUSED_ATTENTION, MATH_ATTENTION
 
     fused = default_code is not None and FUSED_ATTENTION.search(default_code) is not None
     if variant in MATH_ATTENTION:

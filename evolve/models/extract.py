@@ -2,9 +2,9 @@
 and ``manifest.json``.
 
 The model runs under torch.compile's graph capture and the profiler
-(``evolve.capture.model``); its regions are ranked by device time, identical
+(``evolve.models.model``); its regions are ranked by device time, identical
 ones (a repeated block) counted together, and the hottest written, one problem
-file each (``evolve.capture.regions``), until they cover the share of the
+file each (``evolve.models.regions``), until they cover the share of the
 model's time asked for. Every file written is checked before it is kept: built
 with the model's own parameters and run on the model's own activations there,
 it must give what the region gave. Each is timed as kevo times a kernel, eager
@@ -18,11 +18,11 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from evolve.capture.manifest import (SWEEP_FILE, CaptureError, Manifest, RegionEntry, read_manifest,
+from evolve.models.manifest import (SWEEP_FILE, CaptureError, Manifest, RegionEntry, read_manifest,
                                      sweep_text, write_manifest)
-from evolve.capture.fusion import Region
-from evolve.capture.model import Captured, Key, Profile, capture, observe, profile, time_forward
-from evolve.capture.regions import (NotWritable, RegionSpec, before_writes, bind_state, describe, region_spec,
+from evolve.models.fusion import Region
+from evolve.models.model import Captured, Key, Profile, capture, observe, profile, time_forward
+from evolve.models.regions import (NotWritable, RegionSpec, before_writes, bind_state, describe, region_spec,
                                     render)
 from fitness.problem import build_model, load_problem, make_inputs
 from platforms import Platform, get_platform

@@ -2,7 +2,7 @@
 
 ``capture(problem, platform)`` builds the problem's ``Model`` on the platform's
 device and compiles it with a backend of ours: Dynamo traces each graph of the
-forward (recurrent layers included), ``evolve.capture.fusion`` cuts it into
+forward (recurrent layers included), ``evolve.models.fusion`` cuts it into
 regions and puts each behind a submodule, and the graph then runs as it is,
 eagerly, every region going through an observer the caller hands in. The
 same capture serves ``kevo extract`` (observers that record the inputs a
@@ -26,7 +26,7 @@ import statistics
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from evolve.capture.fusion import RegionCall, find_regions, partition
+from evolve.models.fusion import RegionCall, find_regions, partition
 from fitness.problem import Problem, build_model
 from platforms import Platform
 from platforms.device_lock import window as device_window

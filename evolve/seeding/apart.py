@@ -4,7 +4,7 @@ Inductor's configuration and torch's profiler are the process's: two captures
 at once in one process would see each other's settings and count each
 other's kernels (and the profiler crashed on the H200 when two runs of a
 sweep timed their seeds at once). In one process captures therefore take
-turns (``evolve.capture.inductor._ONE_CAPTURE``), which would make the runs
+turns (``evolve.seeding.inductor._ONE_CAPTURE``), which would make the runs
 of a sweep that go side by side wait for each other's torch.compile. A
 capture asked for from a thread other than the main one (a sweep's runs)
 runs here instead: a child process per call, which imports torch, captures
@@ -13,7 +13,7 @@ that goes with the call; several run at once on the host's cores. What the
 child logs (a line per configuration captured, with its seconds) comes back
 as it is written, so a capture of minutes shows where it is.
 
-    python -m evolve.capture.apart REQUEST.json RESULT.json     # what the child runs
+    python -m evolve.seeding.apart REQUEST.json RESULT.json     # what the child runs
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from evolve.capture.room import WAIT_S as MEMORY_WAIT_S
+from evolve.seeding.room import WAIT_S as MEMORY_WAIT_S
 
 log = logging.getLogger(__name__)
 
@@ -51,11 +51,11 @@ def wanted() -> bool:
 def compile_seeds_apart(problem_path: str | Path, device: str = "cuda", shapes: dict[str, int] | None = None,
                         dtype: str | None = None, variants: list[str] | None = None,
                         limit: int | None = None, timeout_s: float = TIMEOUT_S) -> list[Any]:
-    """``evolve.capture.seed.compile_seeds`` with the same arguments, run in a child process; the
+    """``evolve.seeding.seed.compile_seeds`` with the same arguments, run in a child process; the
     same seeds, or the same ``SeedError``."""
-    from evolve.capture.seed import CompiledSeed, SeedError
+    from evolve.seeding.seed import CompiledSeed, SeedError
 
-    # beside other runs' work, a configuration that runs out of memory waits for it (evolve.capture.room)
+    # beside other runs' work, a configuration that runs out of memory waits for it (evolve.seeding.room)
     request = {"problem_path": str(Path(problem_path).resolve()), "device": device, "shapes": shapes,
                "dtype": dtype, "variants": variants, "limit": limit, "memory_wait_s": MEMORY_WAIT_S}
     root = Path(__file__).resolve().parents[2]
@@ -65,7 +65,7 @@ def compile_seeds_apart(problem_path: str | Path, device: str = "cuda", shapes: 
     with tempfile.TemporaryDirectory(prefix=f"kevo-capture-{os.getpid()}-") as folder:
         asked, answered = Path(folder) / "request.json", Path(folder) / "result.json"
         asked.write_text(json.dumps(request), encoding="utf-8")
-        tail = _run_child([sys.executable, "-m", "evolve.capture.apart", str(asked), str(answered)], env,
+        tail = _run_child([sys.executable, "-m", "evolve.seeding.apart", str(asked), str(answered)], env,
                           timeout_s, Path(problem_path).name)
         if not answered.is_file():
             raise SeedError(f"{Path(problem_path).name}: the capture's process ended without seeds: {tail[:300]}")
@@ -80,7 +80,7 @@ def compile_seeds_apart(problem_path: str | Path, device: str = "cuda", shapes: 
 def _run_child(command: list[str], env: dict[str, str], timeout_s: float, name: str) -> str:
     """Run the child; its marked stderr lines logged here as they come. The last other line
     (or the exit code) is returned, for an error's words."""
-    from evolve.capture.seed import SeedError
+    from evolve.seeding.seed import SeedError
 
     child = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE, text=True, errors="replace")
@@ -121,7 +121,7 @@ def watch_parent(parent: int, poll_s: float = 2.0) -> None:
 
 
 def _child(request_path: str, result_path: str) -> int:
-    from evolve.capture.seed import SeedError, compile_seeds
+    from evolve.seeding.seed import SeedError, compile_seeds
 
     watch_parent(int(os.environ.get(PARENT_ENV) or os.getppid()))
     handler = logging.StreamHandler(sys.stderr)  # progress, relayed by the parent (_run_child)

@@ -34,7 +34,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from evolve.capture.symbolic import attributes_replaced
+from evolve.seeding.symbolic import attributes_replaced
 
 #: (the op's name, the number of spatial dimensions, transposed)
 _OPS = (("conv1d", 1, False), ("conv2d", 2, False), ("conv3d", 3, False),
