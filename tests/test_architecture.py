@@ -112,6 +112,29 @@ def test_no_import_cycle_between_modules_even_through_functions():
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
 
 
+
+#: Rooms inside evolve/ that import nothing of each other, in either direction.
+APART_ROOMS = ("evolve.seeding", "evolve.models")
+
+
+@pytest.mark.parametrize("room,other", [APART_ROOMS, APART_ROOMS[::-1]])
+def test_seeding_and_models_rooms_do_not_import_each_other(room, other):
+    """evolve/seeding/ (a problem's first kernel from Inductor) and evolve/models/ (whole
+    models taken apart and put back) are two rooms that stay apart: neither imports the
+    other, at any depth. What both need lives outside both (docs/ARCHITECTURE.md).
+    """
+    assert any(name.startswith(room + ".") for name in MODULES), f"no modules under {room}"
+    wrong = []
+    for name, path in MODULES.items():
+        if name != room and not name.startswith(room + "."):
+            continue
+        for imported, line in _imports(name, path):
+            target = _kevo_target(imported) or imported
+            if target == other or target.startswith(other + "."):
+                wrong.append(f"{path.relative_to(ROOT)}:{line} imports {imported}")
+    assert not wrong, f"{room} imports {other}:\n" + "\n".join(wrong)
+
+
 #: Past this many lines a module is asked (a warning) whether it holds two ideas; past HARD_LINES it fails.
 ASK_LINES, HARD_LINES = 400, 500
 
