@@ -44,7 +44,7 @@ from evolve.session import COMPILED_SEED_FILE, RECORDING_FILE  # noqa: E402
 from evolve.sweep import FAILED_FILE, SKIPPED_FILE  # noqa: E402
 from fitness.floor import sol  # noqa: E402
 from operators.seeds.precision import dot_precisions  # noqa: E402
-from population_store import RunStore  # noqa: E402
+from population_store import STORE_FILE, RunStore  # noqa: E402
 
 
 def precision(source: str) -> str:
@@ -71,7 +71,7 @@ def run_row(run_dir: Path) -> dict:
                    compiled_protocol_ms=rec.get("default_compiled_protocol_ms") or rec.get("compiled_protocol_ms"),
                    eager_do_bench_ms=rec.get("eager_ms"),
                    static_dims=rec.get("static_dims"), kernels=len(rec.get("kernels") or {}))
-    store_path = run_dir / "run.sqlite"
+    store_path = run_dir / STORE_FILE
     if not store_path.is_file():
         return {**row, "status": "not started"}
     seed_source = (run_dir / COMPILED_SEED_FILE).read_text() if (run_dir / COMPILED_SEED_FILE).is_file() else None

@@ -15,8 +15,8 @@ from evolve.report_sol import fmt, sol_figures, versus
 from evolve.report_time import evaluation_time
 from evolve.search.loop import AT_SOL
 from evolve.search.steering import profiling_cost
-from evolve.session import BUDGET_EVENT, STORE_FILE
-from population_store import RunStore
+from evolve.session import BUDGET_EVENT
+from population_store import STORE_FILE, RunStore
 
 
 @dataclasses.dataclass

@@ -4,7 +4,7 @@ This is the composition root: it reads the config, resolves the search space
 from the seeds, builds the dispatcher (``evolve.dispatch.pool.make_dispatcher``,
 or the pool a sweep hands it), opens the run store, builds the LLM proposer
 when a model is configured, and hands them to the loop. A run directory holds
-``STORE_FILE`` (``run.sqlite``: everything the run knows) and, once reported,
+``population_store.STORE_FILE`` (``run.sqlite``: everything the run knows) and, once reported,
 ``progress.png``. A run's stored config is what a resume goes on with; the one
 change made to it afterwards is a budget raised on purpose (``raise_budget``,
 a sweep's second pass), recorded as an event beside the new config.
@@ -49,11 +49,10 @@ from operators import (
 )
 from operators.llm import client as llm_client
 from platforms.guidance import guidance
-from population_store import RunStore, StoreError
+from population_store import STORE_FILE, RunStore, StoreError
 
 log = logging.getLogger(__name__)
 
-STORE_FILE = "run.sqlite"  # a run directory's store; every other module takes the name from here
 LOCK_FILE = "run.lock"
 SETUP_KEY = "setup"
 BUDGET_EVENT = "budget_raised"  # search.max_evaluations raised on purpose (raise_budget): by whom, how much

@@ -54,11 +54,11 @@ from evolve.dispatch.ray import RayUnavailable
 from evolve.errors import USER_ERRORS
 from evolve.budget import saved, share_saved
 from evolve.report_sweep import Outcome, run_outcome, sweep_summary
-from evolve.session import BUDGET_EVENT, STORE_FILE, NoSeed, Observer, raise_budget, resume_run, start_run
+from evolve.session import BUDGET_EVENT, NoSeed, Observer, raise_budget, resume_run, start_run
 from evolve.sweep_file import SWEEP_FILE, Entry
 from evolve.sweep_file import check_same_sweep as _check_same_sweep
 from platforms import PlatformUnavailable
-from population_store import RunStore
+from population_store import STORE_FILE, RunStore
 
 log = logging.getLogger(__name__)
 

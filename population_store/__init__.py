@@ -12,12 +12,13 @@ from population_store.schema import (
     SchemaVersionError,
     StoreError,
 )
-from population_store.store import RunStore
+from population_store.store import STORE_FILE, RunStore
 
 __all__ = [
     "ACCEPTED",
     "PENDING",
     "SCHEMA_VERSION",
+    "STORE_FILE",
     "Individual",
     "LlmUsage",
     "RunStore",

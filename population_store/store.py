@@ -49,12 +49,15 @@ from population_store.schema import (
 )
 
 # Individual and source_hash are part of this module's API too.
-__all__ = ["Individual", "RunStore", "source_hash"]
+__all__ = ["STORE_FILE", "Individual", "RunStore", "source_hash"]
+
+#: A run directory's store file; every other module takes the name from here.
+STORE_FILE = "run.sqlite"
 
 logger = logging.getLogger(__name__)
 
 class RunStore:
-    """A run's SQLite file (``RUN_DIR/run.sqlite``): one writer, many readers.
+    """A run's SQLite file (``RUN_DIR/STORE_FILE``, ``run.sqlite``): one writer, many readers.
 
     Use one ``RunStore`` per process (and thread); open readers in other
     processes with ``RunStore.open(path, readonly=True)``.

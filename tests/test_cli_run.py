@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from evolve.search.loop import STATE_KEY
-from evolve.session import STORE_FILE
-from population_store import Individual, RunStore, source_hash
+from population_store import STORE_FILE, Individual, RunStore, source_hash
 from tests.conftest import PROBLEMS, ROOT
 
 BUDGET, POPULATION = 40, 4

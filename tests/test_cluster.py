@@ -34,8 +34,7 @@ from tests.conftest import PROBLEMS, ROOT, SMALL_SHAPES
 from tests.test_ray_dispatch import ADDRESS, CONNECT, LOOPBACK
 
 from evolve.dispatch.connect import BOOTSTRAP_FILE, BOOTSTRAP_TEXT, LOCAL_ENV
-from evolve.session import STORE_FILE
-from population_store import RunStore
+from population_store import STORE_FILE, RunStore
 
 pytest.importorskip("ray", reason="Ray is not installed (pip install 'ray>=2.50')")
 

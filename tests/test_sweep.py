@@ -20,10 +20,9 @@ from tests.conftest import PROBLEMS, ROOT, SMALL_SHAPES
 
 from evolve.config import ConfigError
 from evolve.report_sweep import Outcome, format_sweep_summary, sweep_summary
-from evolve.session import STORE_FILE
 from evolve.sweep import SUMMARY_FILE, run_sweep
 from evolve.sweep_file import load_sweep
-from population_store import RunStore
+from population_store import STORE_FILE, RunStore
 
 DEFAULTS = {"search": {"population_size": 3, "max_evaluations": 6, "seed": 1}, "platform": "cpu",
             "cluster": {"actors": 0}}

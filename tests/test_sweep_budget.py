@@ -25,10 +25,10 @@ from tests.conftest import PROBLEMS, ROOT, SMALL_SHAPES
 from evolve.budget import saved, share_saved
 from evolve.config import ConfigError
 from evolve.report_sweep import Outcome, format_sweep_summary, sweep_summary
-from evolve.session import BUDGET_EVENT, STORE_FILE, raise_budget, resume_run, start_run
+from evolve.session import BUDGET_EVENT, raise_budget, resume_run, start_run
 from evolve.sweep import BUDGET_FILE, SECOND_PASS, SUMMARY_FILE, SWEEP_FILE, run_sweep
 from evolve.sweep_file import load_sweep, stored_entries
-from population_store import RunStore
+from population_store import STORE_FILE, RunStore
 
 AT_SOL_RUN, HEADROOM_RUN = "000-at_sol", "001-softmax"
 

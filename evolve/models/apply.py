@@ -46,13 +46,12 @@ from evolve.models.compiled import RegionKernel, write_module
 from evolve.models.model import Captured, Key, capture
 from evolve.models.regions import (NotWritable, RegionSpec, before_writes, bind_state, describe, region_spec,
                                     write_back)
-from evolve.session import STORE_FILE
 from evolve.sweep_file import stored_entries
 from fitness.compare import compare
 from fitness.cutoff import derived_cutoff, output_scale
 from fitness.problem import build_model, declared_cutoff, load_problem, make_inputs
 from platforms import Platform, get_platform
-from population_store import RunStore
+from population_store import STORE_FILE, RunStore
 
 
 @dataclasses.dataclass
