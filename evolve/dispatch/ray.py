@@ -29,6 +29,7 @@ import collections
 import dataclasses
 import logging
 import os
+import sys
 import time
 from typing import Any
 
@@ -81,7 +82,8 @@ class RayDispatcher(Dispatcher):
             raise ValueError(f"num_actors must be at least 1 (or None for one per GPU), got {num_actors}")
         if slots is not None and slots < 1:
             raise ValueError(f"slots must be at least 1, got {slots}")
-        if address is None and spec.platform not in ("auto", "cpu"):
+        started = sys.modules.get("ray") is not None and sys.modules["ray"].is_initialized()
+        if address is None and not started and spec.platform not in ("auto", "cpu"):
             get_platform(spec.platform)  # a GPU platform on a machine without one: said before Ray starts
         start_ray(address)
         self._ray = ray = import_ray()
