@@ -103,82 +103,132 @@ class Search:
 
 def run_search(search: Search) -> str:
     """Run, or continue, the search until a stop condition holds; return the reason."""
-    cfg, store = search.config.search, search.store
-    state, rng = _restore(store, cfg.seed)
-    clock = _Clock(state.elapsed_s)
-    deadline = clock.deadline(cfg.max_wall_time_s)
-    ledger = Ledger(store, state.last_id)
-    breeder = _breeder(search, state, rng)
-    flight = Flight(search.dispatcher, store, ledger, breeder, cfg.max_evaluations, search.on_result)
-    if state.generation < 0:
-        children, failures = _seed_children(search, breeder)
-        seeds = [ledger.admit(child, 0, 0) for child in children if ledger.is_new(child)]
-        flight.submit(seeds)
-        flight.take(until=0, deadline=deadline)
-        if flight.outstanding:  # the wall limit came first: a resume evaluates the rest
-            return _seeds_cut_short(store, state, clock, flight)
-        accepted = _accepted_seeds(seeds, failures, llm=not search.seeds)
-        if not search.seeds:  # the LLM wrote them: the space comes from those accepted
-            settle = search.on_llm_seeds or (lambda sources: seed_space(sources, search.config.operators.space))
-            search.space = breeder.space = settle([c.source for c in accepted])
-        state.islands = [[c.id for c in accepted]] * cfg.islands
-        seeded = flight.landed()
-        breeder.history.note(seeded)
-        _note_progress(state, seeded)
-        _checkpoint(store, state, 0, rng, ledger, clock, flight, breeder)
-    if cfg.speedup_over is Baseline.COMPILE and state.compile_ms is None:
-        state.compile_ms = _incumbent_ms(search)  # before anything else is in flight
-    islands = [[Candidate.from_individual(store.get(i)) for i in ids] for ids in state.islands]
-    flight.resume(state.in_flight)
-    spare = max(0, search.dispatcher.capacity - 1)  # in flight when a generation closes
-    while not (reason := stop_reason(state, search.config, clock.elapsed())):
-        generation = flight.generation = state.generation + 1
-        shares = _shares(state, search.config, breeder.llm.waiting if breeder.llm is not None else 0)
-        parents = [select_parents(population, 2 * count, cfg.tournament_size, rng)
-                   for population, count in zip(islands, shares)]
-        children = breeder.vary(parents, shares, ledger.seen, generation)
-        offspring = [[ledger.admit(child, generation, island) for child in kids]
-                     for island, kids in enumerate(children)]
-        breeder.expect(zip([c for kids in offspring for c in kids], [c for kids in children for c in kids]))
-        flight.submit([c for kids in offspring for c in kids])
-        made = any(offspring) or breeder.asked > 0
-        if not made:
-            # Nothing new near the population as it stands (early on, a lone
-            # seed's neighbourhood is soon bred out): wait for the next result
-            # (or LLM reply), which may change that, not for all in flight while
-            # slots go idle. Such a round is no generation: it counts for
-            # neither patience nor max_generations.
-            flight.take_one(deadline=deadline)
-            generation = flight.generation = state.generation
-        else:
-            flight.take(until=spare, deadline=deadline)
-        flight.submit(ledger.leftovers())  # after the replies a replayed generation takes, which make rows too
-        landed = flight.landed()
-        breeder.steering.learn(landed)
-        breeder.history.note(landed)
-        islands = _close(islands, landed, state, cfg, rng, generation, stale=made)
-        _checkpoint(store, state, generation, rng, ledger, clock, flight, breeder)
-        if not made and not landed and not flight.busy and not clock.past(deadline):
+    run = _Run.begin(search)
+    if run.state.generation < 0 and not _evaluate_seeds(run):
+        return _seeds_cut_short(run.store, run.state, run.clock, run.flight)
+    if search.config.search.speedup_over is Baseline.COMPILE and run.state.compile_ms is None:
+        run.state.compile_ms = _incumbent_ms(search)  # before anything else is in flight
+    islands = [[Candidate.from_individual(run.store.get(i)) for i in ids] for ids in run.state.islands]
+    run.flight.resume(run.state.in_flight)
+    while not (reason := stop_reason(run.state, search.config, run.clock.elapsed())):
+        islands, exhausted = _generation(run, islands)
+        if exhausted:
             reason = "no unseen candidate is left near the population (the search space is exhausted)"
             break
-    not_evaluated: list[int] = []
-    if flight.busy:  # the budget is spent: wait for the last results (and replies), up to the wall limit
-        flight.take(until=0, deadline=deadline, asks_until=0)
-        landed = flight.landed()
-        breeder.steering.learn(landed)
-        breeder.history.note(landed)
-        islands = _close(islands, landed, state, cfg, rng, state.generation, stale=False)
-        not_evaluated = flight.cancel()  # past the wall limit: left pending, in flight for a resume
-        if not_evaluated:  # the budget was spent, but the wall limit ended the run
-            reason = f"max_wall_time_s reached ({clock.elapsed():.0f} s) before the last evaluations ({reason})"
-        _checkpoint(store, state, state.generation, rng, ledger, clock, flight, breeder)
+    not_evaluated = _last_results(run, islands) if run.flight.busy else []
+    if not_evaluated:  # the budget was spent, but the wall limit ended the run
+        reason = f"max_wall_time_s reached ({run.clock.elapsed():.0f} s) before the last evaluations ({reason})"
     # the top kernels timed again, side by side, within the wall limit (none for a session that started past it)
-    if not not_evaluated and not clock.past(deadline) and (cfg.max_wall_time_s is None or deadline is not None):
-        confirm_top(store, search.dispatcher, cfg.confirm_rounds, deadline)
-    store.record_event("stopped", {"reason": reason, "generation": state.generation,
-                                   "evaluations": state.evaluations, "not_evaluated": not_evaluated,
-                                   "confinement": _confinements(store)})
+    cfg = search.config.search
+    if not not_evaluated and not run.clock.past(run.deadline) and (cfg.max_wall_time_s is None
+                                                                    or run.deadline is not None):
+        confirm_top(run.store, search.dispatcher, cfg.confirm_rounds, run.deadline)
+    run.store.record_event("stopped", {"reason": reason, "generation": run.state.generation,
+                                       "evaluations": run.state.evaluations, "not_evaluated": not_evaluated,
+                                       "confinement": _confinements(run.store)})
     return reason
+
+
+@dataclasses.dataclass
+class _Run:
+    """One session of the loop: its search, its state as stored, and what works on them."""
+
+    search: Search
+    state: LoopState
+    rng: random.Random
+    clock: "_Clock"
+    deadline: float | None
+    ledger: Ledger
+    breeder: Breeder
+    flight: Flight
+
+    @classmethod
+    def begin(cls, search: Search) -> "_Run":
+        cfg = search.config.search
+        state, rng = _restore(search.store, cfg.seed)
+        clock = _Clock(state.elapsed_s)
+        ledger = Ledger(search.store, state.last_id)
+        breeder = _breeder(search, state, rng)
+        flight = Flight(search.dispatcher, search.store, ledger, breeder, cfg.max_evaluations, search.on_result)
+        return cls(search, state, rng, clock, clock.deadline(cfg.max_wall_time_s), ledger, breeder, flight)
+
+    @property
+    def store(self) -> RunStore:
+        return self.search.store
+
+    def checkpoint(self, generation: int) -> None:
+        _checkpoint(self.store, self.state, generation, self.rng, self.ledger, self.clock, self.flight, self.breeder)
+
+    def land(self, islands: list[list[Candidate]], generation: int,
+             stale: bool) -> tuple[list[list[Candidate]], list[Candidate]]:
+        """What landed since the last call, learnt from, noted and into the populations: (the next
+        populations, what landed)."""
+        landed = self.flight.landed()
+        self.breeder.steering.learn(landed)
+        self.breeder.history.note(landed)
+        return _close(islands, landed, self.state, self.search.config.search, self.rng, generation, stale), landed
+
+
+def _evaluate_seeds(run: _Run) -> bool:
+    """Generation 0: the seeds (or the LLM's first kernels) evaluated, every island started from the
+    accepted ones; False where the wall limit came first (a resume evaluates the rest)."""
+    search, cfg = run.search, run.search.config.search
+    children, failures = _seed_children(search, run.breeder)
+    seeds = [run.ledger.admit(child, 0, 0) for child in children if run.ledger.is_new(child)]
+    run.flight.submit(seeds)
+    run.flight.take(until=0, deadline=run.deadline)
+    if run.flight.outstanding:
+        return False
+    accepted = _accepted_seeds(seeds, failures, llm=not search.seeds)
+    if not search.seeds:  # the LLM wrote them: the space comes from those accepted
+        settle = search.on_llm_seeds or (lambda sources: seed_space(sources, search.config.operators.space))
+        search.space = run.breeder.space = settle([c.source for c in accepted])
+    run.state.islands = [[c.id for c in accepted]] * cfg.islands
+    seeded = run.flight.landed()
+    run.breeder.history.note(seeded)
+    _note_progress(run.state, seeded)
+    run.checkpoint(0)
+    return True
+
+
+def _generation(run: _Run, islands: list[list[Candidate]]) -> tuple[list[list[Candidate]], bool]:
+    """One generation: select, vary, evaluate only the new, take what lands, close; and whether the
+    search space is exhausted (nothing new made, nothing landed, nothing in flight)."""
+    search, cfg, breeder, flight = run.search, run.search.config.search, run.breeder, run.flight
+    generation = flight.generation = run.state.generation + 1
+    shares = _shares(run.state, search.config, breeder.llm.waiting if breeder.llm is not None else 0)
+    parents = [select_parents(population, 2 * count, cfg.tournament_size, run.rng)
+               for population, count in zip(islands, shares)]
+    children = breeder.vary(parents, shares, run.ledger.seen, generation)
+    offspring = [[run.ledger.admit(child, generation, island) for child in kids]
+                 for island, kids in enumerate(children)]
+    breeder.expect(zip([c for kids in offspring for c in kids], [c for kids in children for c in kids]))
+    flight.submit([c for kids in offspring for c in kids])
+    made = any(offspring) or breeder.asked > 0
+    if not made:
+        # Nothing new near the population as it stands (early on, a lone
+        # seed's neighbourhood is soon bred out): wait for the next result
+        # (or LLM reply), which may change that, not for all in flight while
+        # slots go idle. Such a round is no generation: it counts for
+        # neither patience nor max_generations.
+        flight.take_one(deadline=run.deadline)
+        generation = flight.generation = run.state.generation
+    else:
+        flight.take(until=max(0, search.dispatcher.capacity - 1), deadline=run.deadline)  # in flight at the close
+    flight.submit(run.ledger.leftovers())  # after the replies a replayed generation takes, which make rows too
+    islands, landed = run.land(islands, generation, stale=made)
+    run.checkpoint(generation)
+    return islands, not made and not landed and not flight.busy and not run.clock.past(run.deadline)
+
+
+def _last_results(run: _Run, islands: list[list[Candidate]]) -> list[int]:
+    """The budget is spent: the last results (and replies) waited for, up to the wall limit; the ids
+    left pending past it (in flight for a resume)."""
+    run.flight.take(until=0, deadline=run.deadline, asks_until=0)
+    run.land(islands, run.state.generation, stale=False)
+    not_evaluated = run.flight.cancel()
+    run.checkpoint(run.state.generation)
+    return not_evaluated
 
 
 def _close(islands: list[list[Candidate]], landed: list[Candidate], state: LoopState, cfg: Any,
