@@ -363,3 +363,28 @@ def test_more_actors_than_the_cluster_has_gpus_or_cpus_for_is_an_error():
 ])
 def test_placement_fills_every_node_in_turn(capacity, placed, total, expected):
     assert placement(capacity, placed, total) == expected
+
+
+def test_a_run_on_a_local_ray_instance_leaves_no_session_folder_of_rays(tmp_path):
+    """Ray keeps every session's folder (logs, sockets) under its temporary folder; the instance kevo
+    starts is stopped at exit and its folder removed, with the ``session_latest`` link to it."""
+    import tempfile
+
+    ray_tmp = Path(tempfile.gettempdir()) / "ray"
+    before = set(os.listdir(ray_tmp)) if ray_tmp.is_dir() else set()
+    config = tmp_path / "run.yaml"
+    config.write_text(textwrap.dedent(f"""\
+        problem:
+          reference: {PROBLEMS / 'softmax' / 'reference.py'}
+          seeds: [{PROBLEMS / 'softmax' / 'seed.py'}]
+          shapes: {json.dumps(SMALL_SHAPES['softmax'])}
+        search: {{population_size: 2, max_evaluations: 3, seed: 0}}
+        platform: cpu
+        cluster: {{actors: 2}}
+        """))
+    done = subprocess.run([sys.executable, "-m", "evolve.cli", "run", str(config), "--run-dir", str(tmp_path / "run")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=WAIT_S)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Started a local Ray instance" in done.stderr  # the test tests something: Ray ran
+    after = set(os.listdir(ray_tmp)) if ray_tmp.is_dir() else set()
+    assert not {n for n in after - before if n.startswith("session_")}, sorted(after - before)

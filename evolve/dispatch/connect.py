@@ -12,11 +12,13 @@ and away from any metadata service. Ray is imported only when this is called.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import functools
 import ipaddress
 import logging
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -101,6 +103,7 @@ def start_ray(address: str | None = None, num_cpus: int | None = None, num_gpus:
         with _sigterm_kept(), _sessions_of_their_own():
             ray.init(address="local", num_cpus=num_cpus or os.cpu_count() or 1, num_gpus=num_gpus,
                      include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
+        atexit.register(_remove_session, ray, _session_dir(ray))
     finally:
         if home is None:
             del os.environ["HOME"]
@@ -131,6 +134,30 @@ def _sessions_of_their_own() -> Iterator[None]:
         yield
     finally:
         services.ConsolePopen = popen
+
+
+def _session_dir(ray: Any) -> str | None:
+    """The folder of the local instance's session (its logs and sockets), where Ray says it."""
+    node = getattr(getattr(getattr(ray, "_private", None), "worker", None), "_global_node", None)
+    try:
+        return node.get_session_dir_path() if node is not None else None
+    except Exception:  # noqa: BLE001 - another layout of Ray's internals: the folder stays
+        return None
+
+
+def _remove_session(ray: Any, folder: str | None) -> None:
+    """At exit (before Ray's own shutdown, registered later than it): the local instance stopped, and its
+    session folder removed with the ``session_latest`` link to it, so that a run leaves nothing of Ray's in
+    the temporary folder (Ray keeps every session's folder otherwise)."""
+    if folder is None:
+        return
+    with contextlib.suppress(Exception):
+        ray.shutdown()
+    shutil.rmtree(folder, ignore_errors=True)
+    latest = Path(folder).parent / "session_latest"
+    with contextlib.suppress(OSError):
+        if latest.is_symlink() and os.path.realpath(latest) == os.path.realpath(folder):
+            latest.unlink()
 
 
 @contextlib.contextmanager
