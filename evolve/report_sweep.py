@@ -166,9 +166,10 @@ def format_sweep_summary(summary: dict[str, Any]) -> str:
                  + (f"{g:.3g}x" if g else "-"))
     over = summary.get("vs_compile") or {}
     if over.get("problems"):
-        lines.append(f"over torch.compile (clean clock, {over['problems']} problems): fast_1 "
+        lines.append(f"over torch.compile (a clean time on {over['problems']} of {summary['problems']} problems; "
+                     f"fast_p over all {summary['problems']}, as KernelBench counts): fast_1 "
                      f"{100 * over['fast_1']:.0f}%, fast_1.5 {100 * over['fast_1.5']:.0f}%, fast_2 "
-                     f"{100 * over['fast_2']:.0f}%; geometric mean {over['geomean']:.3g}x")
+                     f"{100 * over['fast_2']:.0f}%; geometric mean over the {over['problems']} {over['geomean']:.3g}x")
     if over.get("slower"):
         lines.append(f"torch.compile is faster beyond noise on: {', '.join(over['slower'])}")
     if over.get("without"):

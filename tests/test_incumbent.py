@@ -159,7 +159,8 @@ def test_the_sweep_summary_gives_fast_p_and_the_geometric_mean_over_torch_compil
     assert summary["fast_1"] == pytest.approx(4 / 5)  # eager's figures stay beside them
     text = format_sweep_summary(summary)
     assert "| a | finished | 0 | 1 | 0.5x (0.49-0.51) |" in text
-    assert "torch.compile is faster beyond noise on: a" in text and "geometric mean 1.06x" in text
+    assert "torch.compile is faster beyond noise on: a" in text and "geometric mean over the 3 1.06x" in text
+    assert "a clean time on 3 of 5 problems; fast_p over all 5" in text
 
 
 def test_tf32_is_allowed_only_inside_the_block():
