@@ -36,6 +36,9 @@ def applied_lines(r: ApplyReport) -> list[str]:
                      + (f", {r.speedup_compiled:.3f}x over torch.compile" if r.speedup_compiled else ""))
     if r.vs_compile:
         lines.append("vs compile " + compile_line(r.vs_compile, subject="patched model", winner="the patched model"))
+    if r.vs_compile_tf32:
+        lines.append("           " + compile_line(r.vs_compile_tf32, tf32=True, subject="patched model",
+                                                  winner="the patched model"))
     if r.covered:
         bound = f"{r.bound:.3g}x" if r.bound else "unbounded"
         expected = f"; {r.expected:.3g}x with the kernels' own speedups" if r.expected else ""

@@ -105,6 +105,33 @@ def test_a_kernel_goes_in_only_where_the_whole_compiled_model_is_faster(chain, f
     assert outcome.times["patched"] == [1.0 if faster else 2.0] * 3
 
 
+def test_a_kernel_whose_dots_multiply_below_fp32_is_timed_against_torch_compile_with_tf32_too(chain):
+    """Where a chosen kernel may multiply fp32 in TF32, torch.compile with TF32 allowed is timed beside the
+    plain one (a GPU's rounds: the platform named so here, the timer controlled)."""
+    import copy
+
+    from evolve.models.choose import versus
+
+    model_path, problem, key, files = chain
+    reference = load_problem(model_path)
+    calls: list[int] = []
+    kernel = RegionKernel(key, problem.name, _counted(files["right"], calls), load_problem(problem),
+                          lower_precision=True)
+    gpu = copy.copy(CPU)
+    gpu.name = "cuda"
+    precisions: list[str] = []
+
+    def timer(platform, forward, problem_) -> float:
+        precisions.append(torch.get_float32_matmul_precision())
+        return _timer(calls, with_kernel=1.0, without=2.0)(platform, forward, problem_)
+
+    outcome = choose(reference, [kernel], gpu, build_model(reference.Model, reference, 0, "cpu"), cutoff=1e-4,
+                     checks=1, timer=timer)
+    assert outcome.chosen == [key] and outcome.times["compiled_tf32"] == [2.0] * 3
+    assert precisions.count("high") == 3 and torch.get_float32_matmul_precision() == "highest"  # only its windows
+    assert versus(outcome.times, "compiled_tf32")["ratio"] == 2.0
+
+
 def test_a_wrong_kernel_forced_in_is_caught_by_the_compiled_models_check(chain):
     model_path, problem, key, files = chain
     reference = load_problem(model_path)

@@ -48,6 +48,7 @@ from evolve.models.regions import (NotWritable, RegionSpec, before_writes, bind_
                                     write_back)
 from evolve.sweep_file import stored_entries
 from fitness.compare import compare
+from operators.seeds.precision import lower_precision_dots
 from fitness.cutoff import derived_cutoff, output_scale
 from fitness.problem import build_model, declared_cutoff, load_problem, make_inputs
 from platforms import Platform, get_platform
@@ -102,6 +103,9 @@ class ApplyReport:
     #: ``low``, ``high``, ``rounds``, ``faster`` (who is, in every round); or ``why`` there is none.
     vs_compile: dict[str, Any] | None = None
     module: str = ""  # the package written with the chosen kernels and patch(model), or ""
+    #: Where a chosen kernel's dots multiply fp32 below fp32: the patched model over torch.compile with TF32
+    #: allowed (``torch.set_float32_matmul_precision("high")``), as ``vs_compile``.
+    vs_compile_tf32: dict[str, Any] | None = None
 
     @property
     def speedup(self) -> float | None:
@@ -370,8 +374,8 @@ def _compiled(report: ApplyReport, problem: Any, patch: _Patch, manifest: Manife
     original = build_model(problem.Model, problem, 0, platform.device())
     entries = sorted((e for e in manifest.regions if e.problem in classes and patch.applied().get(e.problem)),
                      key=lambda e: -e.share)
-    candidates = [RegionKernel(e.key, e.problem, classes[e.problem], load_problem(folder / e.problem))
-                  for e in entries]
+    candidates = [RegionKernel(e.key, e.problem, classes[e.problem], load_problem(folder / e.problem),
+                               bool(lower_precision_dots(kernels[e.problem].source))) for e in entries]
     try:
         outcome = choose(problem, candidates, platform, original, report.cutoff, checks, force=force)
     except Exception as exc:  # Inductor on this machine: no figure, and the report says why
@@ -385,6 +389,8 @@ def _compiled(report: ApplyReport, problem: Any, patch: _Patch, manifest: Manife
     report.eager_ms, report.compiled_ms, report.patched_ms = (statistics.median(outcome.times[n])
                                                               for n in ("eager", "compiled", "patched"))
     report.vs_compile = versus(outcome.times)
+    if "compiled_tf32" in outcome.times:
+        report.vs_compile_tf32 = versus(outcome.times, "compiled_tf32")
     if not outcome.chosen:  # what a user keeps is torch.compile as it is, not a patched model
         report.status, report.patched_ms = "unchanged", None
         report.reason = "no kernel makes the model under torch.compile faster: keep torch.compile as it is"

@@ -13,6 +13,7 @@ With no kernel chosen the model is torch.compile's own, and the report says so.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import secrets
 import statistics
@@ -22,6 +23,7 @@ from typing import Any
 from evolve.models.compiled import RegionKernel, compile_with
 from evolve.models.model import time_forward
 from fitness.compare import compare
+from fitness.incumbent import matmul_precision
 from fitness.problem import Problem, build_model, make_inputs
 from platforms import Platform
 
@@ -119,21 +121,30 @@ def choose(problem: Problem, kernels: list[RegionKernel], platform: Platform, or
     eager = build_model(problem.Model, problem, 0, platform.device())
     incumbent = torch.compile(build_model(problem.Model, problem, 0, platform.device()))
     _warm(incumbent, problem, platform)
-    outcome.times = {"eager": [], "compiled": [], "patched": []}
+    sides = [("eager", eager, False), ("compiled", incumbent, False), ("patched", patched, False)]
+    lower = {k.key for k in kernels if k.lower_precision}
+    if lower & set(outcome.chosen) and platform.name != "cpu":  # TF32 is a line of PyTorch away for a user too
+        with matmul_precision(True):
+            tf32 = torch.compile(build_model(problem.Model, problem, 0, platform.device()))
+            _warm(tf32, problem, platform)
+        sides.append(("compiled_tf32", tf32, True))
+    outcome.times = {name: [] for name, _, _ in sides}
     for _ in range(rounds):
-        for name, forward in (("eager", eager), ("compiled", incumbent), ("patched", patched)):
-            outcome.times[name].append(timer(platform, forward, problem))
+        for name, forward, allowed in sides:
+            with matmul_precision(True) if allowed else contextlib.nullcontext():
+                outcome.times[name].append(timer(platform, forward, problem))
     return outcome
 
 
-def versus(times: dict[str, list[float]]) -> dict[str, Any]:
-    """The patched model over torch.compile, round by round: ``ratio`` (the median), ``low``, ``high``,
-    ``rounds`` and ``faster`` (who is, in every round).
+def versus(times: dict[str, list[float]], incumbent: str = "compiled") -> dict[str, Any]:
+    """The patched model over torch.compile (``incumbent``: ``compiled_tf32`` for torch.compile with TF32
+    allowed), round by round: ``ratio`` (the median), ``low``, ``high``, ``rounds`` and ``faster`` (who is,
+    in every round).
 
     >>> versus({"compiled": [2.0, 2.2, 1.9], "patched": [1.0, 1.0, 1.0]})["faster"]
     'kevo'
     """
-    ratios = [c / p for c, p in zip(times["compiled"], times["patched"])]
+    ratios = [c / p for c, p in zip(times[incumbent], times["patched"])]
     faster = "kevo" if min(ratios) > 1 else "torch.compile" if max(ratios) < 1 else "neither"
     return {"ratio": statistics.median(ratios), "low": min(ratios), "high": max(ratios), "rounds": len(ratios),
             "faster": faster}

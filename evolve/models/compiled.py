@@ -41,6 +41,7 @@ class RegionKernel:
     label: str  # its problem file's name, for messages
     cls: type  # the kernel's ModelNew
     problem: Any  # the region's problem (``fitness.problem.Problem``): ModelNew's constructor arguments
+    lower_precision: bool = False  # its dots may multiply fp32 below fp32 (TF32, tf32x3)
 
 
 _LIBRARY: Any = None
