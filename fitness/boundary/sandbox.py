@@ -60,7 +60,7 @@ def worker_environment(base: dict[str, str], extra: dict[str, str]) -> dict[str,
 
     >>> env = worker_environment({"PATH": "/bin", "OPENAI_API_KEY": "sk-x", "HF_TOKEN": "t"}, {})
     >>> sorted(env)
-    ['PATH', 'PYTHONPATH']
+    ['PATH', 'PYTHONPATH', 'PYTHONUNBUFFERED']
     """
     env = {
         name: value
