@@ -11,7 +11,7 @@ for the seed the best descends from. A run without them says why. The times
 taken when the seed was captured (``inductor_recording.json``, while other runs
 shared the device) are shown as "in-run" and never used for a ratio.
 
-SOL (speed of light, ``fitness.sol``): each time against the problem's floor on
+SOL (speed of light, ``fitness.judge.sol``): each time against the problem's floor on
 that GPU (the best verdict's ``floor_ms``: compulsory bytes over the measured
 bandwidth, FLOPs over the measured matmul rate), 1 at the floor; "left ms" is
 what the best leaves on the table (best minus floor). A best that read below
@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 from evolve.report_sol import versus  # noqa: E402
 from evolve.session import COMPILED_SEED_FILE, RECORDING_FILE  # noqa: E402
 from evolve.sweep import FAILED_FILE, SKIPPED_FILE  # noqa: E402
-from fitness.floor import sol  # noqa: E402
+from fitness.judge.floor import sol  # noqa: E402
 from operators.seeds.precision import dot_precisions  # noqa: E402
 from population_store import STORE_FILE, RunStore  # noqa: E402
 

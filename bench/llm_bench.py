@@ -142,7 +142,7 @@ def measure_compiled(path: Path, shapes: dict[str, int], dtype: str | None, plat
     """torch.compile's time for the reference, under kevo's protocol (compiled before it is timed)."""
     import torch
 
-    from fitness.problem import build_model, load_problem, make_inputs
+    from fitness.problems.problem import build_model, load_problem, make_inputs
     from fitness.settings import EvalSettings
 
     problem = load_problem(path, shapes, dtype)

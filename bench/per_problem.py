@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fitness.problem import DTYPES
+from fitness.problems.problem import DTYPES
 from platforms import PLATFORM_NAMES
 
 #: KernelBench's level 1: under $KB (as bench/gpu_round.sh says it), else ../shared/kernelbench beside the checkout.

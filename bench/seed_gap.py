@@ -43,8 +43,8 @@ sys.path.insert(0, str(ROOT))
 from evolve.seeding.seed import SeedError, compile_seed  # noqa: E402
 from evolve.sweep_file import load_sweep  # noqa: E402
 from fitness import EvalSettings, Evaluator  # noqa: E402
-from fitness.problem import build_model, load_problem, make_inputs  # noqa: E402
-from fitness.trace import INIT_OPS, LAUNCH_OPS, ComputeTrace  # noqa: E402
+from fitness.problems.problem import build_model, load_problem, make_inputs  # noqa: E402
+from fitness.worker.trace import INIT_OPS, LAUNCH_OPS, ComputeTrace  # noqa: E402
 from platforms import get_platform, time_runs  # noqa: E402
 
 WAYS = ("do_bench", "protocol", "traced")
@@ -125,7 +125,7 @@ def _forwards(reference: str, shapes: dict[str, int] | None, source: str, platfo
     model = build_model(problem.Model, problem, settings.init_seed, device)
     candidate = build_model(module.ModelNew, problem, settings.init_seed, device)
     compiled = torch.compile(model, dynamic=True)  # as the seed's capture compiles it: every size symbolic
-    static = torch.compile(model)  # what a user gets: torch.compile's defaults (the incumbent, fitness.incumbent)
+    static = torch.compile(model)  # what a user gets: torch.compile's defaults (the incumbent, fitness.judge.incumbent)
     with torch.no_grad():
         compiled(*inputs)  # compiled before it is timed
         static(*inputs)

@@ -3,7 +3,7 @@
 For every problem file of a KernelBench folder (default: level 1 under $KB or
 ../shared/kernelbench), at its own
 shapes: the compulsory bytes and FLOPs of the reference, its floor on this
-device (``fitness.floor``, with the device's measured peaks from
+device (``fitness.judge.floor``, with the device's measured peaks from
 ``platforms.peaks``), the reference timed eager and under ``torch.compile``
 (default mode) with kevo's own protocol (cold cache, the whole device
 synchronised, inputs drawn afresh for every run as a candidate's are; the
@@ -39,8 +39,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench.per_problem import add_folder_options, chosen_files, problem_rows  # noqa: E402
 from bench.shapes import apply_shapes  # noqa: E402
-from fitness.floor import below_floor, count_work, floor_of, sol  # noqa: E402
-from fitness.problem import build_model, load_problem, make_inputs  # noqa: E402
+from fitness.judge.floor import below_floor, count_work, floor_of, sol  # noqa: E402
+from fitness.problems.problem import build_model, load_problem, make_inputs  # noqa: E402
 from fitness.settings import EvalSettings  # noqa: E402
 from platforms import get_platform, time_runs  # noqa: E402
 from platforms.peaks import achievable_peaks  # noqa: E402
@@ -48,7 +48,7 @@ from platforms.peaks import achievable_peaks  # noqa: E402
 
 def time_forward(model, problem, platform) -> float:
     """Median ms of ``model``'s forward under kevo's protocol, on inputs drawn afresh each run
-    (as ``fitness.prepared.PreparedProblem.time_in_process`` times the reference)."""
+    (as ``fitness.judge.prepared.PreparedProblem.time_in_process`` times the reference)."""
     import torch
 
     seeds = EvalSettings().fixed_seeds

@@ -36,7 +36,7 @@ from evolve.config import load_config  # noqa: E402
 from evolve.dispatch.ray import RayDispatcher  # noqa: E402
 from evolve.report_time import median_parts  # noqa: E402
 from evolve.session import evaluator_spec, search_space  # noqa: E402
-from fitness.problem import build_model, load_problem, make_inputs  # noqa: E402
+from fitness.problems.problem import build_model, load_problem, make_inputs  # noqa: E402
 from fitness.settings import DEFAULT_MAX_ABS_DIFF, EvalSettings  # noqa: E402
 from operators import apply_params  # noqa: E402
 from platforms import TimingSettings, get_platform  # noqa: E402

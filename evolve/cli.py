@@ -22,7 +22,7 @@ from evolve.stopping import leave_nothing_behind, stop_on_sigterm
 from evolve.sweep import run_sweep, sweep_status
 from evolve.sweep_file import Entry, load_sweep, stored_entries
 from fitness import EvalSettings, Evaluator
-from fitness.problem import DTYPES
+from fitness.problems.problem import DTYPES
 from platforms import PLATFORM_NAMES
 
 EXIT_ACCEPTED, EXIT_REJECTED, EXIT_UNUSABLE = 0, 1, 2
@@ -89,7 +89,7 @@ def _print_verdict(r: dict) -> None:
         print(f"runtime       {r['runtime_ms']:.4g} ms (spread {100 * r['runtime_spread']:.1f}%)")
         print(f"reference     {r['reference_ms']:.4g} ms")
         print(f"speedup       {r['speedup']:.3f}x")
-    if r.get("floor_ms") is not None:  # fitness.sol: the speed of light
+    if r.get("floor_ms") is not None:  # fitness.judge.sol: the speed of light
         flag = f"; FLAGGED: {r['below_floor_reason']}" if r["below_floor"] else ""
         print(f"sol           {r['sol']:.2f} (floor {r['floor_ms']:.4g} ms, {r['bound']} bound, {r['floor']['source']} "
               f"peaks; eager {min(1.0, r['floor_ms'] / r['reference_ms']):.2f}){flag}")

@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 from evolve.typed import Context, build, plain
-from fitness.problem import DTYPES
+from fitness.problems.problem import DTYPES
 from operators import CROSSOVER, LLM_CROSSOVER, LLM_MUTATION, MUTATION, SearchSpace, SpaceError
 from operators.llm import Price, ReasoningEffort
 
@@ -79,8 +79,9 @@ class FitnessConfig:
     max_abs_diff: float | None = None  # None: the problem's MAX_ABS_DIFF
     timeout_s: float = 300.0  # per step of one evaluation (import, a call, a timing window)
     compile_timeout_s: float = 60.0  # per Triton compile of a candidate's kernel
-    probes: bool = True  # also check on probe inputs from a wider value domain (fitness.probes)
-    compile_ahead: bool = True  # where memory binds, compile a candidate's kernels before it holds memory (fitness.ahead)
+    probes: bool = True  # also check on probe inputs from a wider value domain (fitness.problems.probes)
+    # where memory binds, compile a candidate's kernels before it holds memory (fitness.judge.ahead)
+    compile_ahead: bool = True
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,7 +10,7 @@ themselves, interleaved (``evolve.search.confirm``), eager beside it; or why
 there is no clean figure. Where torch.compile is faster, it says so and by
 how much.
 
-Beside the speedups it gives the speed of light (``fitness.sol``): the best's
+Beside the speedups it gives the speed of light (``fitness.judge.sol``): the best's
 SOL, eager PyTorch's and torch.compile's against the same floor, and what is
 left on the table (best minus floor); kernels that read below the floor are
 flagged, never a plain speedup. It says whether the best can be told apart

@@ -1,6 +1,6 @@
 """What a run's report says of the speed of light and of noise (``evolve.report`` shows it).
 
-- ``sol_figures``: the best's SOL (``fitness.sol``) beside eager PyTorch's
+- ``sol_figures``: the best's SOL (``fitness.judge.sol``) beside eager PyTorch's
   and torch.compile's, against the same floor, and what is left on the table
   (best minus floor). torch.compile's time is the one the end-of-run rounds
   took, with the device to itself (``vs_compile``); none else is used.
@@ -23,7 +23,7 @@ from typing import Any
 from evolve.search.confirm import CONFIRMED_EVENT, GPU_PLATFORMS, NO_INCUMBENT, rounds_for
 from evolve.search.population import faster
 from evolve.session import RECORDING_FILE
-from fitness.floor import sol
+from fitness.judge.floor import sol
 from population_store import ACCEPTED, Individual, RunStore
 
 

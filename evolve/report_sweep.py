@@ -31,7 +31,7 @@ class Outcome:
     reference_ms: float | None = None
     speedup: float | None = None
     max_evaluations: int | None = None  # the run's budget
-    floor_ms: float | None = None  # the problem's floor (fitness.floor), where known
+    floor_ms: float | None = None  # the problem's floor (fitness.judge.floor), where known
     sol: float | None = None  # the best's speed of light
     eager_sol: float | None = None
     compiled_sol: float | None = None  # torch.compile's, where the run timed it on a clean clock

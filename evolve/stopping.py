@@ -8,7 +8,7 @@ import threading
 import time
 from typing import Any
 
-from fitness.sandbox import remove_orphaned_folders
+from fitness.boundary.sandbox import remove_orphaned_folders
 
 
 #: A SIGTERM this soon after the first is the same stop sent again: GNU ``timeout`` signals its
@@ -41,5 +41,5 @@ def stop_on_sigterm() -> list[int]:
 
 def leave_nothing_behind() -> None:
     """kevo's process is about to exit: its own temporary folders go, and those of processes gone
-    since, its actors among them (a sweep stopped mid-capture leaves some: ``fitness.sandbox``)."""
+    since, its actors among them (a sweep stopped mid-capture leaves some: ``fitness.boundary.sandbox``)."""
     remove_orphaned_folders(mine=True)

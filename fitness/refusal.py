@@ -26,7 +26,7 @@ class HarnessFault(Exception):
 
     Not the candidate's failure, though it may surface inside candidate code (a
     compile's loan): the worker's handlers let it through as they do a ``Refusal``,
-    and the step ends as an internal error (``fitness.protocol.Failed``).
+    and the step ends as an internal error (``fitness.boundary.protocol.Failed``).
     """
 
 

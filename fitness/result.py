@@ -37,11 +37,11 @@ class EvalResult:
     relative spread ``(p90 - p10) / median`` of those runs; both are ``None``
     unless the candidate was accepted.
 
-    An accepted verdict carries the problem's speed of light (``fitness.sol``):
+    An accepted verdict carries the problem's speed of light (``fitness.judge.sol``):
     ``floor_ms`` (the time below which no kernel can go on this device),
     ``sol`` (``floor_ms / runtime_ms``, in [0, 1]), ``bound`` (``memory`` or
     ``compute``) and ``floor`` (how the floor was obtained:
-    ``fitness.floor.Floor.to_dict()``); all None where no floor is known. A
+    ``fitness.judge.floor.Floor.to_dict()``); all None where no floor is known. A
     kernel that read faster than the floor was judged again with every timed
     run checked; passing that, it is ``below_floor``, with
     ``below_floor_reason`` saying why the floor may not hold for it.
@@ -60,7 +60,7 @@ class EvalResult:
     # kevo's own side (the worker's harness, the evaluator) ran out of memory, not the
     # candidate: worth another try with fewer evaluations in flight
     harness_failure: bool = False
-    # what the operating system held the worker to (fitness.confine): "landlock+netns", or what
+    # what the operating system held the worker to (fitness.boundary.confine): "landlock+netns", or what
     # was missing and why ("netns (landlock unavailable: ...)")
     confinement: str = ""
     floor_ms: float | None = None
@@ -69,7 +69,7 @@ class EvalResult:
     floor: dict[str, Any] | None = None
     below_floor: bool = False
     below_floor_reason: str = ""
-    # where the evaluation's wall time went, in seconds (fitness.evaluator: the worker's steps, the
+    # where the evaluation's wall time went, in seconds (fitness.judge.evaluator: the worker's steps, the
     # reference's outputs, the comparisons, the waits for the timing lane and the device's lock)
     walls_s: dict[str, float] | None = None
     # when the evaluation held its place under the memory plan: [admitted, released], epoch seconds

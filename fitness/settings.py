@@ -22,7 +22,7 @@ class EvalSettings:
     fixed_seeds: tuple[int, ...] = (101, 102)  # the same inputs for every candidate
     fresh_inputs: int = 1  # secret random input sets per shape, new for every candidate
     init_seed: int = 42  # seeds weights before Model and before ModelNew
-    # Probe inputs from a wider value domain than the problem's draw (fitness.probes), one
+    # Probe inputs from a wider value domain than the problem's draw (fitness.problems.probes), one
     # call each at the main shapes; False keeps to the problem's own draws.
     probes: bool = True
     timing: TimingSettings | None = None  # None: the platform's default
@@ -34,7 +34,8 @@ class EvalSettings:
     # compiles longer holds its slot that long; over this it is a timeout and the worker is killed.
     compile_timeout_s: float = 60.0
     startup_timeout_s: float = 180.0
-    compile_ahead: bool = True  # where memory binds, a candidate's kernels compiled before it holds memory (fitness.ahead)
+    # where memory binds, a candidate's kernels compiled before it holds memory (fitness.judge.ahead)
+    compile_ahead: bool = True
     memory_limit_bytes: int = 0  # address-space cap of a CPU worker; 0: none
     screen: bool = True  # static screen (the runtime defences stay on regardless)
     # Profiling a parent (``Evaluator.profile``): False keeps to the analytic roofline.

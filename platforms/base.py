@@ -179,7 +179,7 @@ class Platform(abc.ABC):
         yield
 
     #: Whether Triton compiles a kernel here (not the CPU's interpreter), so that compiling a
-    #: candidate's kernels before its evaluation holds memory saves it time (``fitness.ahead``).
+    #: candidate's kernels before its evaluation holds memory saves it time (``fitness.judge.ahead``).
     compiles_ahead: bool = False
 
     #: Device memory a process that evaluates holds besides its tensors (its context,

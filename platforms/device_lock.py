@@ -1,6 +1,6 @@
 """One timed window at a time on a GPU, whichever process times it.
 
-Inside one process the timing lane (``fitness.lane``) keeps a timed window
+Inside one process the timing lane (``fitness.judge.lane``) keeps a timed window
 alone on the device. Other processes on the same GPU do not see that lane:
 a second kevo run or sweep, or a capture timing eager and torch.compile'd
 code for a seed (``evolve.seeding``, in a child process for a sweep's runs).
@@ -116,7 +116,7 @@ class DeviceLock:
 class Turn:
     """A timed window's hold of its device's lock, which it may give back for a while and take
     again (``release``, then ``acquire``): a window whose lane hold turns shared while it judges a
-    run (``fitness.lane.Exclusive.sharing``) gives its turn back too, or another window that took
+    run (``fitness.judge.lane.Exclusive.sharing``) gives its turn back too, or another window that took
     the lane meanwhile would wait for this turn while this window waits for the lane."""
 
     def __init__(self, lock: DeviceLock | None) -> None:

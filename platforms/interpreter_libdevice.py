@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 #: libdevice name -> numpy's function computing it elementwise. numpy, not torch: a torch
-#: call in a forward would be PyTorch doing the work (fitness.trace), and the interpreter
+#: call in a forward would be PyTorch doing the work (fitness.worker.trace), and the interpreter
 #: computes everything else in numpy too.
 _UNARY = {
     "abs": np.abs, "acos": np.arccos, "acosh": np.arccosh, "asin": np.arcsin, "asinh": np.arcsinh,

@@ -1,6 +1,6 @@
 """What a device can reach: the bandwidth and the matmul rates behind a problem's floor.
 
-``fitness.floor`` divides a problem's compulsory bytes by a bandwidth and its
+``fitness.judge.floor`` divides a problem's compulsory bytes by a bandwidth and its
 FLOPs by a rate. ``Peaks`` holds both, from one of two sources, and says which:
 
 - ``measured`` (``measure_peaks``): memory bandwidth as the best of three
@@ -9,7 +9,7 @@ FLOPs by a rate. ``Peaks`` holds both, from one of two sources, and says which:
   for each: on an H200, copy 4.24, add 4.39 and torch's sum 4.08 TB/s, while
   Inductor's fused reduction of KernelBench's HingeLoss read 4 GiB at 4.49
   TB/s, so the figure can sit ~2% under the best read-only kernel
-  (``fitness.floor.BELOW_FLOOR_MARGIN`` allows for it). And the dense rate of
+  (``fitness.judge.floor.BELOW_FLOOR_MARGIN`` allows for it). And the dense rate of
   an 8192-cube ``torch.matmul`` per precision: ``float32`` (true fp32),
   ``tf32``, ``float16``, ``bfloat16`` (H200: 51, 360, 760, 790 TFLOP/s).
   Each is timed with kevo's own protocol (``platforms.timing.time_runs``: a
@@ -21,7 +21,7 @@ FLOPs by a rate. ``Peaks`` holds both, from one of two sources, and says which:
 - ``datasheet`` (``datasheet_peaks``): the vendor's figures from
   ``platforms.specs``, used when nothing can be measured (``achievable_peaks``
   says why in ``Peaks.detail``). They are above what any kernel reaches, so a
-  floor from them is lower: safe for ``fitness.floor.below_floor``, loose for SOL.
+  floor from them is lower: safe for ``fitness.judge.floor.below_floor``, loose for SOL.
 
 The CPU (Triton's interpreter) has no datasheet: its figures are always
 measured, a memcpy bandwidth and a matmul per precision (``tf32`` does not

@@ -9,7 +9,7 @@ order of flush, synchronisation and marks, the timer's own overhead) is here.
 
 The evaluator's worker runs untrusted code beside this timer: it watches every
 name of this module, and the platform's methods, for replacement
-(``fitness.instrument.watched_objects``).
+(``fitness.worker.instrument.watched_objects``).
 """
 
 from __future__ import annotations

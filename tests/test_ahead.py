@@ -1,4 +1,4 @@
-"""A candidate's kernels compiled before its evaluation holds device memory (``fitness.ahead``): the
+"""A candidate's kernels compiled before its evaluation holds device memory (``fitness.judge.ahead``): the
 warm step runs it on ``meta`` apart from its evaluation, decides nothing the evaluation would not,
 and where memory binds the actor lets it run beside the evaluations on the device."""
 
@@ -14,8 +14,8 @@ from tests.test_judge_memory import _all_at_once, _Crowded, _Prepared
 
 from evolve.dispatch.actor import EvaluatorActor, EvaluatorSpec
 from fitness import EvalResult, EvalSettings, Evaluator, Status
-from fitness.ahead import compile_ahead
-from fitness.protocol import Warm
+from fitness.boundary.protocol import Warm
+from fitness.judge.ahead import compile_ahead
 
 ELEMENTWISE = PROBLEMS / "elementwise" / "reference.py"
 SEED = (PROBLEMS / "elementwise" / "seed.py").read_text()
@@ -78,7 +78,7 @@ def test_a_candidate_that_cannot_run_on_meta_is_judged_as_before(caplog):
                           "        assert args[0].abs().max().item() >= 0\n        return self.run_kernel(*args)\n\n"
                           "    def run_kernel(self, ", 1)
     with Evaluator(ELEMENTWISE, platform="cpu", shapes=SHAPES, held_out=[]) as evaluator:
-        with caplog.at_level(logging.INFO, logger="fitness.ahead"):
+        with caplog.at_level(logging.INFO, logger="fitness.judge.ahead"):
             assert compile_ahead(evaluator, source) is None
         assert "compiling ahead stopped after 0 of 1 shape(s)" in caplog.text  # and says why
         warmed = evaluator.evaluate(source)
@@ -88,7 +88,7 @@ def test_a_candidate_that_cannot_run_on_meta_is_judged_as_before(caplog):
 
 
 def test_in_a_warm_step_a_launch_compiles_and_runs_nothing():
-    from fitness.instrument import AheadStop, instrument_autotuners, instrument_launches
+    from fitness.worker.instrument import AheadStop, instrument_autotuners, instrument_launches
 
     calls = []
 
@@ -281,7 +281,7 @@ def test_an_actor_prepares_the_workers_that_compile_ahead_too(monkeypatch):
 
 
 def test_a_warm_step_s_compiles_are_under_the_compile_budget():
-    """The worker lends (and so tells each compile, ``fitness.loan``) in the steps whose ``lend`` is set:
+    """The worker lends (and so tells each compile, ``fitness.worker.loan``) in the steps whose ``lend`` is set:
     a warm step always, so a kernel compiling past ``compile_timeout_s`` there is a timeout, as in the
     evaluation (on an H100 a warm step's compile ran 41.6 s under an 8 s budget before)."""
     import collections
@@ -289,10 +289,10 @@ def test_a_warm_step_s_compiles_are_under_the_compile_budget():
 
     import pytest
 
-    from fitness.channel import WorkerChannel
-    from fitness.lane import NoLane
-    from fitness.protocol import Load, Warm
-    from fitness.sandbox import WorkerGone
+    from fitness.boundary.protocol import Load, Warm
+    from fitness.boundary.sandbox import WorkerGone
+    from fitness.judge.channel import WorkerChannel
+    from fitness.judge.lane import NoLane
     from fitness.settings import EvalSettings
     from tests.test_lane import SlowCompiler
 

@@ -18,8 +18,8 @@ from evolve.models.apply import _kernel_env
 from evolve.models.choose import choose
 from evolve.models.compiled import RegionKernel, compile_with
 from evolve.models.manifest import read_manifest
-from fitness.problem import build_model, load_problem, make_inputs
-from fitness.profile_target import load_candidate
+from fitness.problems.problem import build_model, load_problem, make_inputs
+from fitness.profiling.target import load_candidate
 from platforms import get_platform
 from tests.conftest import ROOT
 from tests.test_extract import _chain, _kernel, _stored_sweep, kevo

@@ -3,11 +3,34 @@
 Read from the source with ``ast``, so that imports inside functions count too:
 an import hidden in a function is still an arrow, and a cycle through one is
 still a cycle.
+
+Inside fitness/, the rooms along the sandbox line import each other only this
+way (``FITNESS_ROOMS``):
+
+- ``fitness.problems`` (a problem loaded, its inputs) imports no other room;
+- ``fitness.boundary`` (the screen, the worker process and its confinement, the
+  protocol, the wire) imports only ``fitness.problems``: never the worker, the
+  judge or profiling;
+- ``fitness.worker`` (what runs beside untrusted code) imports the boundary and
+  the problems: never the judge or profiling;
+- ``fitness.profiling`` imports the boundary and the problems: never the worker
+  or the judge;
+- ``fitness.judge`` imports the boundary, the problems and profiling: never the
+  worker.
+
+Every room may import fitness's shared modules at its top (``FITNESS_SHARED``:
+result, settings, refusal), which import no room; no room imports the package
+``fitness`` itself (its public names load the judge). A fresh
+``python -m fitness.worker`` holds exactly the modules ``WORKER_PROCESS`` names.
 """
 
 from __future__ import annotations
 
 import ast
+import json
+import os
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 
@@ -52,7 +75,7 @@ def _imports(name: str, path: Path) -> list[tuple[str, int]]:
             assert node.level == 0, f"{path}:{node.lineno}: relative import (keep imports absolute)"
             base = node.module or ""
             out.append((base, node.lineno))
-            # "from fitness import wire" imports the submodule fitness.wire
+            # "from fitness.boundary import wire" imports the submodule fitness.boundary.wire
             out.extend((f"{base}.{alias.name}", node.lineno) for alias in node.names
                        if f"{base}.{alias.name}" in MODULES)
     return out
@@ -151,7 +174,8 @@ def test_no_product_module_passes_500_lines(name):
 # Modules outside platforms/ that name torch's device API as data, not to call it: the
 # screen and the guard list what a candidate may not reach, the watch what it may not
 # replace, and the seed conversion reads Inductor's code as text.
-NAMES_THE_DEVICE_API = {"fitness.screen", "fitness.guard", "fitness.instrument", "operators.seeds.code"}
+NAMES_THE_DEVICE_API = {"fitness.boundary.screen", "fitness.worker.guard", "fitness.worker.instrument",
+                        "operators.seeds.code"}
 
 
 def test_device_calls_go_through_platforms():
@@ -165,3 +189,112 @@ def test_device_calls_go_through_platforms():
                 if text in ("torch.cuda", "torch.version.hip", "torch.version.cuda"):
                     wrong.append(f"{path.relative_to(ROOT)}:{node.lineno} uses {text}")
     assert not wrong, "device calls outside platforms/ (ask a Platform instead):\n" + "\n".join(wrong)
+
+
+#: fitness/'s rooms, and the rooms each may import besides itself and FITNESS_SHARED.
+FITNESS_ROOMS = {
+    "fitness.problems": set(),
+    "fitness.boundary": {"fitness.problems"},
+    "fitness.worker": {"fitness.boundary", "fitness.problems"},
+    "fitness.profiling": {"fitness.boundary", "fitness.problems"},
+    "fitness.judge": {"fitness.boundary", "fitness.problems", "fitness.profiling"},
+}
+#: The modules at fitness/'s top that every room speaks; they import no room.
+FITNESS_SHARED = {"fitness.result", "fitness.settings", "fitness.refusal"}
+
+
+def _fitness_room(name: str) -> str | None:
+    """The room module ``name`` lives in, or None for the package and its shared modules."""
+    return next((room for room in FITNESS_ROOMS if name == room or name.startswith(room + ".")), None)
+
+
+def test_every_fitness_module_lives_in_a_room_or_is_shared():
+    loose = [name for name in MODULES if name.startswith("fitness.")
+             and _fitness_room(name) is None and name not in FITNESS_SHARED]
+    assert not loose, f"modules of fitness/ in no room (put each in one, docs/ARCHITECTURE.md): {loose}"
+
+
+def test_rooms_of_fitness_import_only_what_their_rules_allow():
+    wrong = []
+    for name, path in MODULES.items():
+        if not name.startswith("fitness."):
+            continue
+        room = _fitness_room(name)
+        allowed = {room, *FITNESS_ROOMS[room]} if room else set()
+        for imported, line in _imports(name, path):
+            target = _kevo_target(imported)
+            if target is None or not (target == "fitness" or target.startswith("fitness.")):
+                continue
+            if target == "fitness":
+                wrong.append(f"{path.relative_to(ROOT)}:{line} imports the package fitness (import the module itself)")
+            elif target in FITNESS_SHARED:
+                continue
+            elif _fitness_room(target) not in allowed:
+                what = f"the room {room}" if room else "a shared module"
+                wrong.append(f"{path.relative_to(ROOT)}:{line} imports {target}: {what} may not")
+    assert not wrong, "imports against fitness/'s rooms:\n" + "\n".join(wrong)
+
+
+@pytest.mark.parametrize("room", sorted(FITNESS_ROOMS))
+def test_a_room_of_fitness_imports_nothing_when_entered(room):
+    """A room's __init__ holds its docstring, not imports: importing one module of a room
+    loads no other."""
+    tree = ast.parse(MODULES[room].read_text(encoding="utf-8"))
+    assert ast.get_docstring(tree), f"{room} says in a docstring what it holds and whom it may import"
+    assert not any(isinstance(node, (ast.Import, ast.ImportFrom)) for node in ast.walk(tree)), room
+
+
+#: Every module of kevo that a fresh ``python -m fitness.worker`` holds: the worker room,
+#: and what it must have of the boundary, the problems and the shared modules. A new
+#: import into the worker shows here first; nothing of fitness.judge or fitness.profiling
+#: may ever join.
+WORKER_PROCESS = {
+    "fitness",  # the package: its public names load lazily, and none is asked for here
+    "fitness.worker", "fitness.worker.__main__", "fitness.worker.harness", "fitness.worker.load_step",
+    "fitness.worker.timed_step", "fitness.worker.loan", "fitness.worker.guard", "fitness.worker.compile_watch",
+    "fitness.worker.instrument", "fitness.worker.trace",
+    # the boundary: the messages it reads and writes, the wire, the screen's lists (the
+    # guard's), and what the OS put in force (confine.in_force)
+    "fitness.boundary", "fitness.boundary.protocol", "fitness.boundary.messages", "fitness.boundary.wire",
+    "fitness.boundary.screen", "fitness.boundary.confine",
+    # the problem it builds the candidate for and draws inputs of, probes included
+    "fitness.problems", "fitness.problems.problem", "fitness.problems.probes",
+    "fitness.result", "fitness.settings", "fitness.refusal",
+}
+
+
+def test_a_fresh_worker_process_holds_only_the_worker_room_and_what_it_must():
+    """What ``python -m fitness.worker`` imports before its ``main`` runs a step, in a new
+    interpreter: its ``__main__`` imported under its own name (the ``__name__`` check keeps
+    ``main`` from running), with the worker's own ``PYTHONPATH`` (fitness.boundary.sandbox)."""
+    script = ("import json, sys\n"
+              "import fitness.worker.__main__\n"
+              "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in %r)))" % (PACKAGES,))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    loaded = set(json.loads(done.stdout))
+    fitness_loaded = {m for m in loaded if m.split(".")[0] == "fitness"}
+    assert fitness_loaded == WORKER_PROCESS, (
+        f"the worker process holds {sorted(fitness_loaded - WORKER_PROCESS)} it should not, "
+        f"lacks {sorted(WORKER_PROCESS - fitness_loaded)}")
+    others = {m.split(".")[0] for m in loaded} - {"fitness", "platforms"}
+    assert not others, f"the worker process imports {sorted(others)} of kevo"
+
+
+def test_every_import_of_the_worker_room_at_any_depth_stays_in_the_worker_process():
+    """The imports inside the worker's functions too (``ast``): what the process may load
+    later, running a step, is still only what ``WORKER_PROCESS`` names."""
+    seen, todo = set(), [name for name in MODULES if name.startswith("fitness.worker")]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for imported, _ in _imports(name, MODULES[name]):
+            target = _kevo_target(imported)
+            if target is not None and target.split(".")[0] == "fitness":
+                todo.append(target)
+    # fitness.worker.__main__ is a module like any other here
+    assert seen <= WORKER_PROCESS, f"the worker room reaches {sorted(seen - WORKER_PROCESS)}"

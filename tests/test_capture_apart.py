@@ -99,8 +99,8 @@ def test_a_run_started_from_a_thread_captures_apart(monkeypatch, tmp_path):
 
 def test_the_folder_of_a_capture_whose_driver_was_killed_goes_at_the_next_start(tmp_path, monkeypatch):
     """A driver killed with SIGKILL in the middle of a capture leaves its folder: the next worker
-    to start removes it, as it removes a dead owner's worker folders (fitness.sandbox)."""
-    from fitness import sandbox
+    to start removes it, as it removes a dead owner's worker folders (fitness.boundary.sandbox)."""
+    from fitness.boundary import sandbox
 
     monkeypatch.setattr(sandbox.tempfile, "gettempdir", lambda: str(tmp_path))
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
@@ -119,7 +119,8 @@ def test_profile_and_apply_folders_of_a_killed_process_go_at_the_next_start(tmp_
     import tempfile
 
     from evolve.models import apply as apply_module
-    from fitness import profiling, sandbox
+    from fitness.boundary import sandbox
+    from fitness.profiling import candidate as profiling
     from platforms.profiling import profilers
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))

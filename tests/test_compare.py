@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from fitness.compare import CutoffError, check_cutoff, compare
+from fitness.judge.compare import CutoffError, check_cutoff, compare
 
 
 def test_within_and_beyond_cutoff():
@@ -64,7 +64,7 @@ def test_cutoff_must_be_positive():
 
 
 def test_a_constant_counts_against_the_cutoff_only_when_it_passes_on_another_draw():
-    from fitness.compare import output_means
+    from fitness.judge.compare import output_means
 
     torch.manual_seed(0)
     first, second = torch.rand(()) * 0.3, torch.rand(()) * 0.3 + 0.5  # a scalar loss over two draws
@@ -157,7 +157,7 @@ def test_a_problem_without_a_cutoff_gets_one_from_its_outputs():
 def test_the_largest_difference_is_the_float64_one_to_float32_rounding(dtype, monkeypatch):
     """float32 and half outputs take the difference in float32: within 2^-24 of it in float64,
     over several chunks, and a NaN or an infinity in any chunk is still seen."""
-    import fitness.compare as cmp
+    import fitness.judge.compare as cmp
 
     monkeypatch.setattr(cmp, "CHUNK", 1000)  # several chunks, the last one short
     torch.manual_seed(0)

@@ -1,5 +1,5 @@
-"""The worker confined by the operating system (``fitness.confine``), and the guard's rule
-that a library may not do for a candidate what the candidate may not do (``fitness.guard``).
+"""The worker confined by the operating system (``fitness.boundary.confine``), and the guard's rule
+that a library may not do for a candidate what the candidate may not do (``fitness.worker.guard``).
 
 With the static screen off (``EvalSettings(screen=False)``: the runtime defences alone), a
 candidate that writes, reads or reaches the network through a library is ``forbidden``,
@@ -24,8 +24,9 @@ import pytest
 
 from tests.conftest import PROBLEMS, ROOT, SMALL_SHAPES
 
-from fitness import EvalSettings, Status, confine
-from fitness.sandbox import WorkerProcess
+from fitness import EvalSettings, Status
+from fitness.boundary import confine
+from fitness.boundary.sandbox import WorkerProcess
 
 SOFTMAX = (PROBLEMS / "softmax" / "seed.py").read_text()
 FORWARD = "        n_rows, n_cols = x.shape\n"
@@ -161,7 +162,7 @@ def test_honest_kernels_pass_under_the_guard_and_the_confinement(evaluators, pro
 GUARD_SCRIPT = r'''
 import json, os, sys, importlib.util
 import torch
-from fitness.guard import Guard
+from fitness.worker.guard import Guard
 
 scratch, secret, port = sys.argv[1], sys.argv[2], int(sys.argv[3])
 path = os.path.join(scratch, "candidate.py")
@@ -250,7 +251,7 @@ print(json.dumps(outcomes))
 
 def run_confined(policy_dirs: list[str], script: str, *args: str, patch: str = "") -> dict:
     """Run ``script`` (with ``args``) confined to ``policy_dirs`` as a worker is (the
-    bootstrap of ``fitness.confine`` and then an exec); ``patch``: Python run in the
+    bootstrap of ``fitness.boundary.confine`` and then an exec); ``patch``: Python run in the
     bootstrap before it confines (to take a layer away). Its last line of output, as JSON."""
     policy = confine.Policy(tuple(policy_dirs)).to_json()
     bootstrap = [sys.executable, "-I", confine.__file__, policy, "--"]

@@ -1,4 +1,4 @@
-"""A derived cutoff never lies below what a sum in another order rounds to (fitness.cutoff).
+"""A derived cutoff never lies below what a sum in another order rounds to (fitness.judge.cutoff).
 
 KernelBench's 4_Matrix_vector_multiplication_ multiplies draws of [0, 1) over
 2^20 terms: its outputs sit near 262144, where one fp32 ulp is 0.03, and on
@@ -11,9 +11,9 @@ import textwrap
 import pytest
 import torch
 
-from fitness.cutoff import derived_cutoff
-from fitness.floor import reduction_terms
-from fitness.problem import load_problem
+from fitness.judge.cutoff import derived_cutoff
+from fitness.judge.floor import reduction_terms
+from fitness.problems.problem import load_problem
 
 from tests.conftest import PROBLEMS
 

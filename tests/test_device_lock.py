@@ -103,8 +103,8 @@ def test_the_evaluator_times_a_candidate_only_when_no_other_process_times(locks,
 def test_the_devices_peaks_are_measured_with_no_other_processs_window_beside(locks, monkeypatch):
     """The peaks (the speed-of-light floor's measured bandwidth and compute) are cached for the device
     once measured: measured beside another process's timed window they would read low for good."""
-    import fitness.evaluator as evaluator_module
-    from fitness.lane import TimingLane
+    import fitness.judge.evaluator as evaluator_module
+    from fitness.judge.lane import TimingLane
     from platforms.cpu import CpuPlatform
     from platforms.device_lock import _HELD
 
@@ -112,7 +112,7 @@ def test_the_devices_peaks_are_measured_with_no_other_processs_window_beside(loc
     monkeypatch.setattr(CpuPlatform, "device_lock", lambda self: lock)
     seen: list[tuple[float, int]] = []
 
-    def measure(platform, alone) -> None:  # as fitness.floor.measure_peaks_alone, with nothing cached yet
+    def measure(platform, alone) -> None:  # as fitness.judge.floor.measure_peaks_alone, with nothing cached yet
         with alone():
             seen.append((time.monotonic(), _HELD.get(str(lock.path), (None, [None, 0]))[1][1]))
 

@@ -8,7 +8,7 @@ from tests.conftest import PROBLEMS, SMALL_SHAPES
 
 from evolve.config import ConfigError, config_from_dict
 from fitness import Evaluator, ProblemError, Status
-from fitness.problem import build_model, load_problem, make_inputs
+from fitness.problems.problem import build_model, load_problem, make_inputs
 
 SEED = (PROBLEMS / "softmax" / "seed.py").read_text()
 # The seed, refusing to run on anything but half-precision inputs.

@@ -19,7 +19,7 @@ from evolve.report import build_report, print_report
 from evolve.session import make_evaluator, start_run
 from evolve.search.steering import FALLBACK_EVENT, Steering
 from fitness import Evaluator
-from fitness.lane import TimingLane
+from fitness.judge.lane import TimingLane
 from operators import CROSSOVER, MUTATION, params_of
 from operators.selector import FOCUSES
 from platforms.profiling import LATENCY_BOUND, MEMORY_BOUND, UNKNOWN, ProfileRecord

@@ -18,7 +18,7 @@ import torch
 
 from evolve.models.fusion import find_regions
 from evolve.models.manifest import read_manifest
-from fitness.problem import build_model, load_problem, make_inputs
+from fitness.problems.problem import build_model, load_problem, make_inputs
 from tests.conftest import KERNELBENCH, ROOT
 
 LEVEL3 = KERNELBENCH / "level3"

@@ -18,7 +18,7 @@ import torch
 
 from evolve.models.manifest import read_manifest
 from evolve.models.regions import _moments, describe
-from fitness.problem import build_model, load_problem, make_inputs
+from fitness.problems.problem import build_model, load_problem, make_inputs
 from tests.conftest import ROOT
 
 

@@ -115,11 +115,11 @@ def test_the_platform_copies_small_inputs_and_fingerprints_large_ones():
 
 def test_the_worker_watches_the_fingerprint_and_what_it_computes_with():
     """A candidate that replaced what checks a large input (to hide that it wrote into it)
-    is caught by the tamper watch at the end of the step (fitness.instrument)."""
+    is caught by the tamper watch at the end of the step (fitness.worker.instrument)."""
     import triton.runtime.interpreter as interpreter
     import triton.runtime.jit as triton_jit
 
-    from fitness.instrument import Watch, watched_objects
+    from fitness.worker.instrument import Watch, watched_objects
     from platforms import fingerprint
 
     watch = Watch(watched_objects(torch, triton_jit, interpreter, get_platform("cpu")))

@@ -1,4 +1,4 @@
-"""A problem's floor (fitness.floor) and the device peaks behind it (platforms.peaks).
+"""A problem's floor (fitness.judge.floor) and the device peaks behind it (platforms.peaks).
 
 Byte counts are worked out by hand from the problems' shapes; FLOPs of a
 matmul are 2*M*N*K. Peaks are never measured on this machine's shared cores
@@ -15,8 +15,8 @@ import pytest
 
 from tests.conftest import PROBLEMS, ROOT, problem_path
 
-from fitness.floor import BELOW_FLOOR_MARGIN, Floor, Work, below_floor, count_work, floor_of, problem_floor, sol
-from fitness.problem import load_problem
+from fitness.judge.floor import BELOW_FLOOR_MARGIN, Floor, Work, below_floor, count_work, floor_of, problem_floor, sol
+from fitness.problems.problem import load_problem
 from platforms import get_platform
 from platforms import peaks as peaks_module
 from platforms.peaks import (
@@ -124,7 +124,7 @@ def test_memory_passed_or_returned_twice_is_counted_once(tmp_path, fake):
     assert (work.input_bytes, work.output_bytes) == ((400 + 100) * F32, 400 * F32)
     assert work.traced == ("fake" if fake else "real")
     if fake:  # the profiler's roofline counts the same bytes (on the meta device)
-        from fitness.profiling import problem_work
+        from fitness.profiling.candidate import problem_work
 
         assert problem_work(problem).bytes_moved == (400 + 100 + 400) * F32
 

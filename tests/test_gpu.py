@@ -133,7 +133,7 @@ def test_an_idle_worker_gives_back_what_its_checks_held():
 
 
 def test_torch_compile_is_timed_as_the_incumbent_by_the_same_clock(gpu_evaluator):
-    """fitness.incumbent on a real GPU: torch.compile of the reference, checked against it, timed alone
+    """fitness.judge.incumbent on a real GPU: torch.compile of the reference, checked against it, timed alone
     with eager beside it; for this memory-bound op both near the seed's own time, and TF32 changes nothing."""
     from fitness import Incumbent
 

@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import PROBLEMS
 
-from fitness.profiling import profile_candidate
+from fitness.profiling.candidate import profile_candidate
 from platforms.profiling import COMPUTE_BOUND, MEMORY_BOUND, NcuProfiler, profiler_for
 
 pytestmark = pytest.mark.gpu

@@ -13,7 +13,7 @@ import random
 from tests.conftest import PROBLEMS
 
 from fitness import Evaluator, Status
-from fitness.problem import held_out_shapes
+from fitness.problems.problem import held_out_shapes
 
 REFERENCE = PROBLEMS / "elementwise" / "reference.py"
 SHAPES = {"batch_size": 4, "dim": 100}

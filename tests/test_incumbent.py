@@ -1,4 +1,4 @@
-"""torch.compile as the incumbent of every run on a GPU (fitness.incumbent, evolve.search.confirm):
+"""torch.compile as the incumbent of every run on a GPU (fitness.judge.incumbent, evolve.search.confirm):
 timed in the end-of-run rounds beside the best and its seed, and every figure a user reads is the
 best over it with an interval, or why there is none. The timers here are the tests' own; the real
 incumbent's timing runs on a GPU (tests/test_gpu.py)."""
@@ -14,7 +14,7 @@ from evolve.report_sweep import Outcome, format_sweep_summary, sweep_summary
 from evolve.report_sol import compile_line, sol_lines
 from evolve.search.confirm import NO_INCUMBENT, confirm_top, incumbents_for
 from fitness import EvalResult, Incumbent, Status
-from fitness.incumbent import matmul_precision
+from fitness.judge.incumbent import matmul_precision
 from population_store import Individual, RunStore, source_hash
 from tests.conftest import PROBLEMS
 

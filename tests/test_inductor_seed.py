@@ -184,7 +184,7 @@ KERNELBENCH_RECORDED = sorted({e["problem"] for e in recordings() if "/" not in 
 
 @pytest.mark.parametrize("name", KERNELBENCH_RECORDED)
 def test_every_recorded_kernelbench_problem_gives_a_seed_that_passes_the_screen(name):
-    from fitness.screen import screen
+    from fitness.boundary.screen import screen
 
     source = seed_for(name)
     verdict = screen(source)

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import torch
 
-import fitness.compare as compare_module
+import fitness.judge.compare as compare_module
 from evolve.dispatch.actor import EvaluatorActor, EvaluatorSpec
 from fitness import EvalResult, Evaluator, EvalSettings, ProblemError, Status
-from fitness.compare import CutoffError, check_cutoff, compare
+from fitness.judge.compare import CutoffError, check_cutoff, compare
 from platforms.cuda import _checked_share
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -148,7 +148,7 @@ class _Prepared:
     main, overlap_reference, overlap_held_out = None, True, True
 
     def variants(self) -> list:
-        return []  # no shapes of its own: the log names no phase (fitness.memory_plan.largest_phase)
+        return []  # no shapes of its own: the log names no phase (fitness.judge.memory_plan.largest_phase)
 
 
 class _FlakyEvaluator:
@@ -361,7 +361,7 @@ def test_the_judge_gives_its_cache_back_before_the_worker_runs_at_other_sizes(mo
     """The worker cannot use what this process's caching allocator keeps, and blocks cached at one
     size fit no other: on an H100 a seed ran out at held-out shapes beside 62 GB the judge held
     after preparing. The judge gives its cache back once prepared and before each variant's load."""
-    from fitness import protocol
+    from fitness.boundary import protocol
     from fitness.settings import RELEASE_ABOVE
     from platforms.cpu import CpuPlatform
 
@@ -393,8 +393,8 @@ def test_a_worker_between_candidates_holds_nothing_at_large_sizes(monkeypatch, l
     candidates, outside the memory plan, and half the evaluations ran out of memory. After an
     evaluation of a problem whose main shapes hold a GB or more, the worker drops all it holds
     (a reset), and the next candidate is judged as before; small problems keep theirs."""
-    import fitness.evaluator as evaluator_module
-    from fitness import protocol
+    import fitness.judge.evaluator as evaluator_module
+    from fitness.boundary import protocol
 
     if large:
         monkeypatch.setattr(evaluator_module, "RELEASE_ABOVE", 0)  # these sizes count as large

@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import KERNELBENCH
 
-from fitness.problem import (
+from fitness.problems.problem import (
     ProblemError,
     declared_cutoff,
     held_out_shapes,

@@ -1,4 +1,4 @@
-"""The timing lane (fitness.lane): timing runs alone, checks overlap each other."""
+"""The timing lane (fitness.judge.lane): timing runs alone, checks overlap each other."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import threading
 import time
 from pathlib import Path
 
-from fitness.lane import NoLane, TimingLane
+from fitness.judge.lane import NoLane, TimingLane
 
 
 def test_timing_never_overlaps_a_check_and_checks_overlap_each_other():
@@ -115,9 +115,9 @@ def test_the_evaluator_answers_a_loan_and_refuses_anything_else():
 
     import pytest
 
-    from fitness.channel import WorkerChannel
-    from fitness.protocol import Compiled, Compiling, Continue, TimedRun
-    from fitness.sandbox import WorkerGone
+    from fitness.boundary.protocol import Compiled, Compiling, Continue, TimedRun
+    from fitness.boundary.sandbox import WorkerGone
+    from fitness.judge.channel import WorkerChannel
     from fitness.settings import EvalSettings
 
     synced = []
@@ -149,7 +149,7 @@ def test_the_evaluator_answers_a_loan_and_refuses_anything_else():
 
 WATCH_SCRIPT = r"""
 import json, os, sys, tempfile, importlib.util
-from fitness.guard import Guard
+from fitness.worker.guard import Guard
 path = os.path.join(tempfile.mkdtemp(), "candidate_x.py")
 with open(path, "w") as f:
     f.write("def helper(x):\n    return [i for i in range(x)]\n\ndef gen():\n    yield 1\n    yield 2\n")
@@ -196,12 +196,12 @@ def test_the_compile_watch_sees_the_first_start_of_candidate_code_only():
 
 HARNESS_SCRIPT = r"""
 import collections, json, os, sys, threading, types
-from fitness import wire
-from fitness.channel import WorkerChannel
-from fitness.lane import TimingLane
-from fitness.protocol import Call, read_reply
+from fitness.boundary import wire
+from fitness.judge.channel import WorkerChannel
+from fitness.judge.lane import TimingLane
+from fitness.boundary.protocol import Call, read_reply
 from fitness.settings import EvalSettings
-from fitness.worker import Harness
+from fitness.worker.harness import Harness
 
 harness = Harness("cpu", 0)
 to_worker_r, to_worker_w = os.pipe()
@@ -323,8 +323,8 @@ def test_the_evaluators_device_work_runs_inside_the_lane(monkeypatch):
     """The reference's preparation and every comparison are device work: a slot doing them while
     another slot's window runs would charge them to that candidate (on the H200, comparisons of
     multi-GB outputs ran outside the lane before)."""
-    from fitness import evaluator as evaluator_module
     from fitness import Evaluator, Status
+    from fitness.judge import evaluator as evaluator_module
 
     lane = _Watched()
     seen = {"prepare": [], "compare": []}
@@ -353,7 +353,7 @@ def test_the_devices_peaks_are_measured_alone_on_it_once(monkeypatch, tmp_path):
     """Peaks measured beside another slot's checks would read low, and the cache would keep them:
     the first evaluator on a device measures them with the lane to itself; later ones read the cache."""
     from fitness import Evaluator
-    from fitness import floor as floor_module
+    from fitness.judge import floor as floor_module
     from platforms import peaks
 
     monkeypatch.setenv(peaks.CACHE_ENV, str(tmp_path / "peaks.json"))
@@ -389,8 +389,8 @@ class SlowCompiler:
         return "n1"
 
     def answer(self, nonce, timeout):
-        from fitness.protocol import Compiling
-        from fitness.sandbox import WorkerGone
+        from fitness.boundary.protocol import Compiling
+        from fitness.boundary.sandbox import WorkerGone
 
         self.waits.append(timeout)
         if len(self.waits) == 1:
@@ -409,9 +409,9 @@ def test_a_kernel_that_compiles_past_its_budget_is_a_timeout_and_the_step_limit_
 
     import pytest
 
-    from fitness.channel import WorkerChannel
-    from fitness.protocol import Call
-    from fitness.sandbox import WorkerGone
+    from fitness.boundary.protocol import Call
+    from fitness.boundary.sandbox import WorkerGone
+    from fitness.judge.channel import WorkerChannel
     from fitness.settings import EvalSettings
 
     settings = EvalSettings(timeout_s=300.0, compile_timeout_s=7.0)

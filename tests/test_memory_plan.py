@@ -1,4 +1,4 @@
-"""The memory plan of one evaluation (fitness.memory_plan): what each phase holds, the
+"""The memory plan of one evaluation (fitness.judge.memory_plan): what each phase holds, the
 reference computed before the candidate when that lets more evaluations run at once,
 and a timed run's inputs dropped before its outputs are judged."""
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from fitness import Evaluator, Status
-from fitness.memory_plan import Variant
-from fitness.timed_step import TimedWindow
+from fitness.judge.memory_plan import Variant
+from fitness.worker.timed_step import TimedWindow
 
 ROOT = Path(__file__).resolve().parents[1]
 SOFTMAX = ROOT / "problems" / "softmax"
@@ -206,7 +206,7 @@ def test_the_log_names_the_phase_and_the_shapes_that_need_the_most():
     from types import SimpleNamespace
 
     from evolve.dispatch.base import at_once_note, plan_info
-    from fitness.memory_plan import largest_phase
+    from fitness.judge.memory_plan import largest_phase
 
     main = Variant({"batch_size": 4096, "dim": 8}, None, None, [6 * GB], 6 * GB, 0, GB // 4, 0)  # type: ignore[arg-type]
     grown = Variant({"batch_size": 5300, "dim": 8}, None, None, [8 * GB], 8 * GB, 0, GB // 4, 0)  # type: ignore[arg-type]

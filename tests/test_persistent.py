@@ -19,7 +19,7 @@ from tests.conftest import PROBLEMS
 from tests.test_seed_variants import CONV2D, MSE, converted
 from tests.test_split_k import FP32_OUTPUT, RELU_EPILOGUE, STORE, replayed, run_cases  # noqa: F401 (a fixture)
 
-from fitness.screen import screen
+from fitness.boundary.screen import screen
 from operators import apply_params, check_space, find_tunables
 from operators.seeds.persistent import CPU_PROGRAMS, PersistentError, persistent_seed
 from operators.seeds.split_k import split_k_seed

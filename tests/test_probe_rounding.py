@@ -1,4 +1,4 @@
-"""A probe's cutoff covers the reference's own rounding there (fitness.probe_rounding).
+"""A probe's cutoff covers the reference's own rounding there (fitness.judge.probe_rounding).
 
 The problem here is ``cos(x @ w)`` (random Fourier features): on the scaled
 probes the phases reach about 1e5, where float32 rounds them by a few
@@ -16,10 +16,10 @@ import torch
 from tests.test_probes import write_problem
 
 from fitness import EvalSettings, Evaluator, Status
-from fitness.memory_plan import Variant
-from fitness.probe_rounding import probe_cutoff
-from fitness.probes import Probe
-from fitness.problem import load_problem, make_inputs
+from fitness.judge.memory_plan import Variant
+from fitness.judge.probe_rounding import probe_cutoff
+from fitness.problems.probes import Probe
+from fitness.problems.problem import load_problem, make_inputs
 
 FACTOR = 200.0
 
@@ -80,7 +80,7 @@ def phase_problem(tmp_path_factory):
     path = write_problem(tmp_path_factory.mktemp("phase"), "return torch.cos(xs[0] @ xs[1])",
                          "[torch.rand(batch_size, dim), torch.rand(dim, batch_size)]", "batch_size, dim = 64, 32")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("fitness.prepared.FACTOR_RANGE", (FACTOR, FACTOR))
+        patch.setattr("fitness.judge.prepared.FACTOR_RANGE", (FACTOR, FACTOR))
         evaluator = Evaluator(path, platform="cpu")
     yield evaluator
     evaluator.close()
@@ -115,7 +115,7 @@ def test_a_kernel_fitted_to_the_drawn_range_is_still_refused_at_the_wider_cutoff
 def test_a_probe_the_reference_rounds_past_its_own_scale_is_dropped(tmp_path, monkeypatch):
     # sin(1000 x.sum()): on the scaled probe the phases reach 6e6, where float32 rounds them
     # by more than a period (the reference is 0.48 from itself in float64 there, outputs within 1)
-    monkeypatch.setattr("fitness.prepared.FACTOR_RANGE", (FACTOR, FACTOR))
+    monkeypatch.setattr("fitness.judge.prepared.FACTOR_RANGE", (FACTOR, FACTOR))
     path = write_problem(tmp_path, "return torch.sin(1000 * xs[0].sum(dim=1))", "[torch.rand(batch_size, dim)]",
                          "batch_size = 16")
     with Evaluator(path, platform="cpu") as evaluator:
@@ -128,7 +128,7 @@ def test_a_probe_the_reference_rounds_past_its_own_scale_is_dropped(tmp_path, mo
 
 
 def test_a_reference_that_raises_in_float64_keeps_the_cutoff_from_its_scale_with_a_note(tmp_path, monkeypatch):
-    monkeypatch.setattr("fitness.prepared.FACTOR_RANGE", (FACTOR, FACTOR))
+    monkeypatch.setattr("fitness.judge.prepared.FACTOR_RANGE", (FACTOR, FACTOR))
     # a float32 matrix made in forward: x in float64 cannot be multiplied by it
     path = write_problem(tmp_path, "return xs[0] @ torch.ones(dim, dim)", "[torch.rand(batch_size, dim)]")
     with Evaluator(path, platform="cpu") as evaluator:

@@ -1,4 +1,4 @@
-"""Probe inputs from a wider value domain than the problem's draw (fitness.probes)."""
+"""Probe inputs from a wider value domain than the problem's draw (fitness.problems.probes)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from tests.conftest import PROBLEMS, SMALL_SHAPES
 from tests.test_cli import kevo
 
 from fitness import CutoffError, EvalSettings, Evaluator, ProblemError, Status
-from fitness.probes import Probe, transform
-from fitness.problem import load_problem, make_inputs
+from fitness.problems.probes import Probe, transform
+from fitness.problems.problem import load_problem, make_inputs
 
 GELU = PROBLEMS / "gelu" / "reference.py"
 ATTACKS = PROBLEMS.parent / "tests" / "attacks"

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from fitness.problem import ProblemError, draw_held_out, held_out_shapes, load_problem, shape_knobs
+from fitness.problems.problem import ProblemError, draw_held_out, held_out_shapes, load_problem, shape_knobs
 
 LEVEL2_STYLE = """
 import torch

@@ -21,8 +21,9 @@ from rich.console import Console
 from evolve.dispatch.base import InProcessDispatcher
 from evolve.report import build_report, print_report
 from evolve.search.steering import profiling_cost, profiling_line
-from fitness.lane import TimingLane
-from fitness.profile_shape import (
+from fitness.judge.lane import TimingLane
+from fitness.profiling.candidate import profile_candidate
+from fitness.profiling.shape import (
     PROFILE_MAX_BYTES,
     larger_size,
     layout_at,
@@ -30,7 +31,6 @@ from fitness.profile_shape import (
     size_text,
     smaller_size,
 )
-from fitness.profiling import profile_candidate
 from platforms.profiling import NCU_METRICS, ProfileRecord, ncu_commands, parse_ncu_csv, thresholds_for
 from platforms.profiling import profilers as profilers_module
 from platforms.profiling.ncu import _RAW_NAMES, COMPUTE_PARTS

@@ -634,7 +634,7 @@ def test_profiler_for_finds_tools_or_falls_back(tmp_path, monkeypatch):
 def test_profile_candidate_runs_the_target_under_the_profiler(tmp_path, monkeypatch):
     import subprocess
 
-    from fitness.profiling import profile_candidate
+    from fitness.profiling.candidate import profile_candidate
 
     class Recording(profilers_module.Profiler):
         tool = "recording"
@@ -652,7 +652,7 @@ def test_profile_candidate_runs_the_target_under_the_profiler(tmp_path, monkeypa
     record = profile_candidate(profiler, PROBLEMS / "elementwise" / "reference.py", shapes, source, "cpu", 0, 120.0,
                                runtime_ms=1.0, runs=2, warmup=1)
     command, env, kernel_filter, workload = profiler.seen
-    assert command[1:3] == ["-m", "fitness.profile_target"]
+    assert command[1:3] == ["-m", "fitness.profiling.target"]
     assert "--shape" in command and "batch_size=4" in command and "--region" not in command
     assert "OPENAI_API_KEY" not in env and env["TRITON_INTERPRET"] == "1"
     assert kernel_filter == "^(gated_mul_kernel)"
@@ -661,7 +661,7 @@ def test_profile_candidate_runs_the_target_under_the_profiler(tmp_path, monkeypa
 
 
 def test_profile_candidate_with_no_tool_records_why(tmp_path):
-    from fitness.profiling import profile_candidate
+    from fitness.profiling.candidate import profile_candidate
 
     record = profile_candidate(profiler_for("cpu"), PROBLEMS / "elementwise" / "reference.py",
                                {"batch_size": 4, "dim": 100}, "not even python", "cpu", 0, 5.0, runtime_ms=1.0,
@@ -670,8 +670,8 @@ def test_profile_candidate_with_no_tool_records_why(tmp_path):
 
 
 def test_declared_flops_follow_the_shape_overrides(tmp_path):
-    from fitness.problem import ProblemError
-    from fitness.profiling import problem_work
+    from fitness.problems.problem import ProblemError
+    from fitness.profiling.candidate import problem_work
 
     problem = tmp_path / "mm.py"
     problem.write_text((PROBLEMS / "matmul" / "reference.py").read_text() + "\nFLOPS = 2 * M * N * K\n")
@@ -684,7 +684,7 @@ def test_declared_flops_follow_the_shape_overrides(tmp_path):
 
 
 def test_kernel_filter_and_profile_cache():
-    from fitness.profiling import ProfileCache, kernel_filter
+    from fitness.profiling.candidate import ProfileCache, kernel_filter
 
     source = (PROBLEMS / "matmul" / "seed.py").read_text()
     assert kernel_filter(source) == "^(matmul_kernel)"

@@ -11,13 +11,13 @@ import pytest
 from tests.conftest import PROBLEMS
 
 from fitness import Status
-from fitness.messages import ProtocolViolation
-from fitness.probes import Probe
-from fitness.protocol import (MAX_REASON, Call, Compiled, Compiling, Continue, Environment, Failed, Info, Load, Ok,
-                              Outputs, Ping, Refused, Reset, Stop, Time, Timed, TimedRun, Warm, Warmed, read_answer,
-                              read_reply, read_step)
-from fitness.sandbox import WorkerProcess
-from fitness.timing_checks import OVERHEAD_FACTOR, OVERHEAD_SLACK_MS
+from fitness.boundary.messages import ProtocolViolation
+from fitness.boundary.protocol import (MAX_REASON, Call, Compiled, Compiling, Continue, Environment, Failed, Info, Load,
+                                       Ok, Outputs, Ping, Refused, Reset, Stop, Time, Timed, TimedRun, Warm, Warmed,
+                                       read_answer, read_reply, read_step)
+from fitness.boundary.sandbox import WorkerProcess
+from fitness.judge.timing_checks import OVERHEAD_FACTOR, OVERHEAD_SLACK_MS
+from fitness.problems.probes import Probe
 
 SEED = (PROBLEMS / "elementwise" / "seed.py").read_text()
 TIMED = Timed([1.0, 2.0, 1.5], [1.2, 2.1, 1.6], 0.01, None, [0, 2], {"prepare": 0.1})
@@ -135,7 +135,7 @@ def test_a_forged_reply_is_forbidden_and_ends_the_worker(evaluators, monkeypatch
 def test_a_forged_timer_overhead_is_bounded_by_the_judges_own(evaluators, monkeypatch):
     """``Timing.median_ms`` subtracts the timer's overhead (up to half the median where there is no
     device trace): a worker that reports a huge one would read up to 2x faster. The judge bounds it
-    by its own measurement of the same protocol (``fitness.timing_checks.trusted_timing``)."""
+    by its own measurement of the same protocol (``fitness.judge.timing_checks.trusted_timing``)."""
     evaluator = evaluators.get("elementwise")
     original = WorkerProcess.answer
     honest: list[float] = []
@@ -163,7 +163,7 @@ def test_compiles_are_timed_into_the_step_and_the_evaluators_breakdown():
     import contextlib
     import time
 
-    from fitness.instrument import instrument_compiles
+    from fitness.worker.instrument import instrument_compiles
 
     class Jit:
         def _do_compile(self, key):

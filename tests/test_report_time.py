@@ -1,4 +1,4 @@
-"""Where an evaluation's time goes: each verdict's walls_s (fitness.evaluator) and the report's
+"""Where an evaluation's time goes: each verdict's walls_s (fitness.judge.evaluator) and the report's
 median of them and pace (evolve.report_time)."""
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ import pytest
 from tests.conftest import PROBLEMS
 
 from fitness import EvalSettings, Status
-from fitness.sandbox import WorkerProcess, worker_environment
+from fitness.boundary.sandbox import WorkerProcess, worker_environment
 
 SEED = (PROBLEMS / "elementwise" / "seed.py").read_text()
 
@@ -167,7 +167,7 @@ evaluator.evaluate(sys.stdin.read())
 
 LAUNCH_AUDIT = r'''
 import sys, types
-from fitness.instrument import instrument_launches
+from fitness.worker.instrument import instrument_launches
 
 events = []
 sys.addaudithook(lambda event, args: events.append(event) if event == "sys.setprofile" else None)
@@ -208,7 +208,7 @@ def test_a_launch_in_a_timed_run_raises_no_audited_event():
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
 
 
-# -- nothing of kevo's left in the temp folder (fitness.sandbox) --------------------------------
+# -- nothing of kevo's left in the temp folder (fitness.boundary.sandbox) --------------------------------
 
 def kevo_files(tmpdir, pid: int) -> list[str]:
     """What is in ``tmpdir``, and kevo's files of process ``pid`` in /dev/shm."""
@@ -272,7 +272,7 @@ def test_an_evaluator_used_and_closed_leaves_nothing_in_the_temp_folder(tmp_path
 
 KILLED_RUN = """
 import os, sys, time
-from fitness.sandbox import WorkerProcess
+from fitness.boundary.sandbox import WorkerProcess
 worker = WorkerProcess("cpu", 0, {"TRITON_INTERPRET": "1"}, startup_timeout=120)
 print(worker.process.pid, worker.workdir, worker.spill_dir, flush=True)
 time.sleep(600)
@@ -300,7 +300,7 @@ def test_the_files_of_a_killed_run_go_at_the_next_start(tmp_path):
         owner.wait()
     assert os.path.isdir(workdir) and os.path.isdir(spill_dir), "nothing left to clean: the test tests nothing"
     pid, code, _, err = run_with_tmpdir(tmpdir, script="""
-from fitness.sandbox import WorkerProcess
+from fitness.boundary.sandbox import WorkerProcess
 WorkerProcess("cpu", 0, {"TRITON_INTERPRET": "1"}, startup_timeout=120).stop()
 """)
     assert code == 0, err[-2000:]

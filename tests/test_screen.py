@@ -7,7 +7,7 @@ import pytest
 
 from tests.conftest import PROBLEMS
 
-from fitness.screen import screen
+from fitness.boundary.screen import screen
 
 KERNEL = """
 import torch

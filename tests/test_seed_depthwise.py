@@ -23,7 +23,7 @@ import pytest
 from tests.conftest import ROOT
 from tests.test_seed_variants import CONV2D, CONV3D, DEPTHWISE, converted, replayed  # noqa: F401 (a fixture)
 
-from fitness.screen import screen
+from fitness.boundary.screen import screen
 from operators import apply_params, check_space, resolve_space
 from operators.seeds.depthwise import DepthwiseError, depthwise_seed
 from operators.space import read_declared_space

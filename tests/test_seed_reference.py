@@ -74,7 +74,7 @@ def test_a_model_that_runs_uncompiled_is_not_blamed(tmp_path, lowering_fails):
 
 
 def test_running_out_of_memory_uncompiled_says_nothing_of_the_model(tmp_path, monkeypatch):
-    import fitness.problem
+    import fitness.problems.problem
 
     class AcceleratorError(RuntimeError):
         pass
@@ -82,5 +82,5 @@ def test_running_out_of_memory_uncompiled_says_nothing_of_the_model(tmp_path, mo
     def crowded(*args, **kwargs):  # as a GPU beside other runs said it, in a type that is not OutOfMemoryError
         raise AcceleratorError("CUDA error: out of memory")
 
-    monkeypatch.setattr(fitness.problem, "make_inputs", crowded)
+    monkeypatch.setattr(fitness.problems.problem, "make_inputs", crowded)
     assert seed._reference_error(problem(tmp_path, 1), "cpu", None, None) == ""

@@ -16,7 +16,7 @@ import ast
 
 from tests.test_seed_variants import converted, evaluator_name, recording
 
-from fitness.screen import screen
+from fitness.boundary.screen import screen
 
 CUMSUM = "89_cumsum"
 KERNEL = "triton_spl_fused_cumsum_0"

@@ -25,7 +25,7 @@ import pytest
 from tests.conftest import PROBLEMS, ROOT, problem_path
 
 from evolve.seeding.inductor import VARIANTS
-from fitness.screen import screen
+from fitness.boundary.screen import screen
 from operators import apply_params, check_space, find_tunables
 from operators.seeds.convert import NotTritonOnly, seed_source
 from operators.seeds.variants import distinct, program_key

@@ -1,4 +1,4 @@
-"""Speed of light on every verdict, and faster than physics is never a plain speedup (fitness.sol),
+"""Speed of light on every verdict, and faster than physics is never a plain speedup (fitness.judge.sol),
 shown in ``kevo verify``, ``kevo report`` and the sweep summary; ``search.stop_at_sol``; and a
 sweep's saved budget shared by headroom (evolve.budget)."""
 
@@ -10,16 +10,16 @@ import pytest
 
 from tests.conftest import PROBLEMS
 
-import fitness.evaluator as evaluator_module
+import fitness.judge.evaluator as evaluator_module
 from evolve.budget import saved, share_saved
 from evolve.config import ConfigError, config_from_dict, load_config
 from evolve.report_sweep import Outcome, format_sweep_summary, sweep_summary
 from evolve.report_sol import sol_figures, sol_lines
 from evolve.search.loop import LoopState, stop_reason
 from fitness import EvalResult, Status
-from fitness.compare import Comparison
-from fitness.floor import BELOW_FLOOR_MARGIN, Floor
-from fitness.sol import judged_again, why_below, with_floor
+from fitness.judge.compare import Comparison
+from fitness.judge.floor import BELOW_FLOOR_MARGIN, Floor
+from fitness.judge.sol import judged_again, why_below, with_floor
 
 SEED = (PROBLEMS / "elementwise" / "seed.py").read_text()
 
@@ -115,7 +115,7 @@ def test_the_margin_is_the_floors_own_uncertainty():
     f = floor(1.0, cached=0.8)
     assert "0.8 ms" in why_below(f, 0.5)
     limit = 0.8 * (1 - BELOW_FLOOR_MARGIN)
-    from fitness.sol import needs_second_judgement
+    from fitness.judge.sol import needs_second_judgement
     assert not needs_second_judgement(EvalResult(Status.ACCEPTED, runtime_ms=limit * 1.01), f)
     assert needs_second_judgement(EvalResult(Status.ACCEPTED, runtime_ms=limit * 0.99), f)
     assert not needs_second_judgement(EvalResult(Status.ACCEPTED, runtime_ms=0.1), None)

@@ -24,7 +24,7 @@ import pytest
 from tests.conftest import PROBLEMS, ROOT
 from tests.test_seed_variants import CONV2D, MSE, converted, interpreted, problem_file, replay
 
-from fitness.screen import screen
+from fitness.boundary.screen import screen
 from operators import apply_params, check_space, find_tunables, mutate, params_of, resolve_space
 from operators.seeds.split_k import DEFAULT_SPLIT_K, SPLIT_CHOICES, SplitKError, split_k_seed
 from operators.seeds.variants import program_key

@@ -12,9 +12,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # The shape of py-spy's --subprocesses --idle --threads --format raw lines (taken from a real record)
 RAW = """\
 process 10:"python -m evolve.cli run c.yaml";thread (10): MainThread;main (evolve/cli.py:5);wait (threading.py:320) 40
-process 10:"python -m evolve.cli run c.yaml";process 20:"ray::EvaluatorActor.evaluate";thread (21): Thread-2;Evaluator._time (/x/fitness/evaluator.py:290);TimingLane.exclusive (/x/fitness/lane.py:60);wait (threading.py:320) 30
+process 10:"python -m evolve.cli run c.yaml";process 20:"ray::EvaluatorActor.evaluate";thread (21): Thread-2;Evaluator._time (/x/fitness/judge/evaluator.py:290);TimingLane.exclusive (/x/fitness/judge/lane.py:60);wait (threading.py:320) 30
 process 10:"python -m evolve.cli run c.yaml";process 20:"ray::EvaluatorActor.evaluate";thread (22): PythonGCThread;gc_loop (ray/_private/gc.py:3) 25
-process 10:"python -m evolve.cli run c.yaml";process 20:"ray::EvaluatorActor.evaluate";process 30:"/v/python -m fitness.worker 6 5 cuda 0";thread (30): MainThread;Harness.call (/x/fitness/worker.py:222);compile (triton/compiler/compiler.py:300) 50
+process 10:"python -m evolve.cli run c.yaml";process 20:"ray::EvaluatorActor.evaluate";process 30:"/v/python -m fitness.worker 6 5 cuda 0";thread (30): MainThread;Harness.call (/x/fitness/worker/harness.py:222);compile (triton/compiler/compiler.py:300) 50
 """
 
 
@@ -32,8 +32,8 @@ def test_stacks_are_summed_by_process_kind_and_function(tmp_path):
     assert summary["driver"]["sampled_s"] == 0.8
     actor = summary["ray actor"]
     assert actor["sampled_s"] == 1.1 and actor["threads_s"] == {"Thread-2": 0.6, "PythonGCThread": 0.5}
-    assert actor["own_inclusive_s"] == {"Evaluator._time (fitness/evaluator.py)": 0.6,
-                                        "TimingLane.exclusive (fitness/lane.py)": 0.6}
+    assert actor["own_inclusive_s"] == {"Evaluator._time (judge/evaluator.py)": 0.6,
+                                        "TimingLane.exclusive (judge/lane.py)": 0.6}
     assert actor["leaves_s"] == {"wait (threading.py)": 0.6, "(stacks without kevo's code)": 0.5}
     assert summary["worker"]["leaves_s"] == {"compile (compiler/compiler.py)": 1.0}
 

@@ -7,7 +7,7 @@ import pytest
 from tests.conftest import PROBLEMS, SMALL_SHAPES
 
 from fitness import Status, screen
-from fitness.problem import declared_cutoff
+from fitness.problems.problem import declared_cutoff
 
 
 @pytest.mark.parametrize("problem", sorted(SMALL_SHAPES))

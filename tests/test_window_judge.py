@@ -1,4 +1,4 @@
-"""The checked timed runs judged after the timing lane is released (fitness.window_judge)."""
+"""The checked timed runs judged after the timing lane is released (fitness.judge.window_judge)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from fitness import EvalSettings, window_judge
-from fitness.compare import Comparison
-from fitness.evaluator import Evaluator
-from fitness.lane import TimingLane
-from fitness.protocol import Continue, Stop, TimedRun
-from fitness.sandbox import WorkerGone
-from fitness.window_judge import MAX_SET_ASIDE, SET_ASIDE_BYTES, WindowJudge, set_aside_runs
+from fitness import EvalSettings
+from fitness.boundary.protocol import Continue, Stop, TimedRun
+from fitness.boundary.sandbox import WorkerGone
+from fitness.judge import window_judge
+from fitness.judge.compare import Comparison
+from fitness.judge.evaluator import Evaluator
+from fitness.judge.lane import TimingLane
+from fitness.judge.window_judge import MAX_SET_ASIDE, SET_ASIDE_BYTES, WindowJudge, set_aside_runs
 from platforms import TimingSettings
 from tests.conftest import SMALL_SHAPES
 

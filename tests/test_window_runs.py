@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 from fitness import EvalSettings
-from fitness.evaluator import Evaluator
+from fitness.judge.evaluator import Evaluator
 from platforms import TimingSettings, get_platform, time_runs
 from tests.conftest import SMALL_SHAPES
 

@@ -21,8 +21,8 @@ from typing import Any
 from evolve.dispatch.base import evaluator_info, plan_info
 from evolve.dispatch.spec import EvaluatorSpec, workers_beside
 from fitness import CutoffError, EvalResult, Evaluator, Incumbent, Job, NoRoomNow, PreparedProblem, ProblemError, Status
-from fitness.ahead import compile_ahead
-from fitness.lane import TimingLane
+from fitness.judge.ahead import compile_ahead
+from fitness.judge.lane import TimingLane
 from platforms import Platform, PlatformUnavailable, get_platform
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,7 @@ class EvaluatorActor:
 
     The actor is threaded: up to ``slots`` candidates are evaluated at once, each by its own
     evaluator (its own sandboxed worker), so compiling and checking overlap while timing takes the
-    device's one timing lane (``fitness.lane``) and runs alone. Evaluators are kept per problem
+    device's one timing lane (``fitness.judge.lane``) and runs alone. Evaluators are kept per problem
     (``EvaluatorSpec``), so one pool of actors serves a sweep; only the ``keep_problems`` problems
     used most recently keep theirs (more than one when a sweep runs problems side by side), and the
     workers of the ones forgotten are reset and handed to the next problem's evaluators (a worker
@@ -56,7 +56,7 @@ class EvaluatorActor:
     free memory (``PreparedProblem.slots_that_fit``); an evaluation takes its evaluator once
     admitted, so no more workers hold memory than that, except where memory binds and the room
     beside the plan's evaluations holds more workers: up to as many again take theirs before, and
-    compile the candidate's kernels ahead (``fitness.ahead``; with one problem at a time only). One
+    compile the candidate's kernels ahead (``fitness.judge.ahead``; with one problem at a time only). One
     that runs out on kevo's side, or while others are in flight, is tried again with the device to
     itself, and the limit falls to one fewer than the most in flight beside it; after ``RISE_AFTER``
     in a row that fit, it rises by one, up to the plan's, but not again to a level where it ran out
@@ -141,7 +141,7 @@ class EvaluatorActor:
             asked = time.monotonic()
             with self._holding(spec) as ahead:
                 held = time.monotonic() - asked
-                if ahead:  # the kernels compiled before the evaluation holds memory (fitness.ahead)
+                if ahead:  # the kernels compiled before the evaluation holds memory (fitness.judge.ahead)
                     evaluator = self._taken(spec)
                     verdict = compile_ahead(evaluator, source)
                     if verdict is not None:
@@ -194,7 +194,7 @@ class EvaluatorActor:
     @contextlib.contextmanager
     def _holding(self, spec: EvaluatorSpec) -> Iterator[bool]:
         """A place among the evaluations of ``spec`` holding an evaluator: the limit's and ``_extra`` more
-        (``workers_beside``); yields whether this one compiles ahead (``fitness.ahead``) before its admission."""
+        (``workers_beside``); yields whether this one compiles ahead (``fitness.judge.ahead``) before its admission."""
         with self._gate:
             while self._holders[spec] >= self._limit.get(spec, self.slots) + self._extra.get(spec, 0):
                 self._gate.wait()

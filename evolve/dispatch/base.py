@@ -123,16 +123,16 @@ def evaluator_info(evaluator: Any) -> dict[str, Any]:
 
 def plan_info(prepared: Any) -> dict[str, Any]:
     """What one evaluation of a ``PreparedProblem`` needs on the device (GB, as the plan's warnings
-    say) and the phase that needs it (``fitness.memory_plan.largest_phase``)."""
-    from fitness.memory_plan import largest_phase
-    from fitness.prepared import GB
+    say) and the phase that needs it (``fitness.judge.memory_plan.largest_phase``)."""
+    from fitness.judge.memory_plan import largest_phase
+    from fitness.judge.prepared import GB
 
     return {"footprint_gb": round(prepared.footprint() / GB, 2), "plan_phase": largest_phase(prepared)}
 
 
 def at_once_note(info: dict[str, Any], slots: int) -> str:
     """What the log says of the memory plan, where it lets fewer than ``slots`` evaluations run at once
-    (and how many more compile their candidates' kernels ahead meanwhile: ``fitness.ahead``).
+    (and how many more compile their candidates' kernels ahead meanwhile: ``fitness.judge.ahead``).
 
     >>> at_once_note({"at_once": 2, "footprint_gb": 30.5}, 6), at_once_note({"at_once": 6}, 6)
     ('; the memory plan lets 2 run at once (about 30.5 GB each)', '')

@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 # its node address instead of finding one with a UDP connect to a public
 # resolver (Ray reads it when ``ray`` is imported). Token authentication is
 # off: the instance listens on loopback only, and the sandboxed worker that
-# runs candidates never sees Ray's environment anyway (fitness.sandbox drops
+# runs candidates never sees Ray's environment anyway (fitness.boundary.sandbox drops
 # *AUTH* and *TOKEN* names).
 LOCAL_ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",

@@ -170,6 +170,6 @@ class Fleet:
             self.drop(actor)
         if not local:
             return
-        from fitness.sandbox import remove_orphaned_folders
+        from fitness.boundary.sandbox import remove_orphaned_folders
 
         remove_orphaned_folders(owners=local, wait_s=5.0)

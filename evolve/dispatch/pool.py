@@ -30,7 +30,7 @@ from evolve.dispatch.connect import start_ray
 from evolve.dispatch.ray import EvaluatorSpec, RayDispatcher, RayUnavailable
 from evolve.dispatch.share import SharedDispatcher
 from fitness import EvalSettings, Evaluator
-from fitness.lane import TimingLane
+from fitness.judge.lane import TimingLane
 from platforms import get_platform
 from platforms.profiling import ProfilerConfigError
 

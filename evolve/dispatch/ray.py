@@ -160,7 +160,7 @@ class RayDispatcher(Dispatcher):
         return len(self._fleet.actors) * self.slots
 
     def lane_stats(self) -> list[dict[str, float]]:
-        """Per actor: how busy its device's timing lane has been (see ``fitness.lane``)."""
+        """Per actor: how busy its device's timing lane has been (see ``fitness.judge.lane``)."""
         return [self._get(ref, 60) for ref in [a.lane_stats.remote() for a in self._fleet.actors]]
 
     def profile(self, source: str, runtime_ms: float | None) -> dict[str, Any] | None:

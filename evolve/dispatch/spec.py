@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 from fitness import EvalSettings, Evaluator, PreparedProblem
-from fitness.lane import TimingLane
+from fitness.judge.lane import TimingLane
 
 
 @dataclasses.dataclass(frozen=True, eq=True)
@@ -37,7 +37,7 @@ class EvaluatorSpec:
 def workers_beside(platform: Any, room: int, fit: int, slots: int, need: int, on: bool = True) -> int:
     """How many evaluations beyond the memory plan's ``fit`` at once may hold an evaluator (its worker
     started, its context and flush buffer: ``process_overhead_bytes``) to compile the candidate's
-    kernels ahead (``fitness.ahead``): as many as the ``room`` the plan saw holds beside ``fit``
+    kernels ahead (``fitness.judge.ahead``): as many as the ``room`` the plan saw holds beside ``fit``
     evaluations of ``need`` bytes, up to the slots left (so that a few candidates slow to compile do not
     keep the others from the plan's places: on an H100, 2 of them held 2 of 4 evaluators for 10-40 s and
     the plan's 2 places were 0.72 full). None where memory does not bind

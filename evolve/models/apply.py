@@ -47,10 +47,10 @@ from evolve.models.model import Captured, Key, capture
 from evolve.models.regions import (NotWritable, RegionSpec, before_writes, bind_state, describe, region_spec,
                                     write_back)
 from evolve.sweep_file import stored_entries
-from fitness.compare import compare
+from fitness.judge.compare import compare
+from fitness.judge.cutoff import derived_cutoff, output_scale
+from fitness.problems.problem import build_model, declared_cutoff, load_problem, make_inputs
 from operators.seeds.precision import lower_precision_dots
-from fitness.cutoff import derived_cutoff, output_scale
-from fitness.problem import build_model, declared_cutoff, load_problem, make_inputs
 from platforms import Platform, get_platform
 from population_store import STORE_FILE, RunStore
 
@@ -176,7 +176,7 @@ def _kernel_env(platform: Platform) -> Iterator[None]:
 
 
 def _load_kernel(kernel: Kernel, folder: Path) -> type:
-    from fitness.profile_target import load_candidate
+    from fitness.profiling.target import load_candidate
 
     path = folder / f"{Path(kernel.problem).stem}__{kernel.run}__{kernel.kernel_id}.py"
     path.write_text(kernel.source, encoding="utf-8")

@@ -22,9 +22,9 @@ from typing import Any
 
 from evolve.models.compiled import RegionKernel, compile_with
 from evolve.models.model import time_forward
-from fitness.compare import compare
-from fitness.incumbent import matmul_precision
-from fitness.problem import Problem, build_model, make_inputs
+from fitness.judge.compare import compare
+from fitness.judge.incumbent import matmul_precision
+from fitness.problems.problem import Problem, build_model, make_inputs
 from platforms import Platform
 
 #: Rounds in which two models are timed against each other, interleaved.

@@ -40,7 +40,7 @@ class RegionKernel:
     key: str  # the region's spec key
     label: str  # its problem file's name, for messages
     cls: type  # the kernel's ModelNew
-    problem: Any  # the region's problem (``fitness.problem.Problem``): ModelNew's constructor arguments
+    problem: Any  # the region's problem (``fitness.problems.problem.Problem``): ModelNew's constructor arguments
     lower_precision: bool = False  # its dots may multiply fp32 below fp32 (TF32, tf32x3)
 
 
@@ -148,7 +148,7 @@ class _Graph:
         return spec, held
 
     def _make(self, call: RegionCall, spec: Any, held: list[Any]) -> tuple[Any, list[int], list[int]]:
-        from fitness.problem import build_model
+        from fitness.problems.problem import build_model
 
         kernel = self.owner.kernels[spec.key]
         device = next((v.device for v in self.inputs if hasattr(v, "device")), "cpu")
@@ -289,8 +289,8 @@ def write_module(folder: Path, package: str, chosen: list[tuple[str, str, str, P
 
 def load_kernels(folder: str | Path) -> list[RegionKernel]:
     """The kernels a module written by ``write_module`` holds."""
-    from fitness.problem import load_problem
-    from fitness.profile_target import load_candidate
+    from fitness.problems.problem import load_problem
+    from fitness.profiling.target import load_candidate
 
     folder = Path(folder)
     listed = json.loads((folder / KERNELS_FILE).read_text(encoding="utf-8"))

@@ -24,7 +24,7 @@ from evolve.models.fusion import Region
 from evolve.models.model import Captured, Key, Profile, capture, observe, profile, time_forward
 from evolve.models.regions import (NotWritable, RegionSpec, before_writes, bind_state, describe, region_spec,
                                     render)
-from fitness.problem import build_model, load_problem, make_inputs
+from fitness.problems.problem import build_model, load_problem, make_inputs
 from platforms import Platform, get_platform
 
 log = logging.getLogger(__name__)
@@ -194,7 +194,7 @@ def _reproduces(batch: list[tuple[_Group, Path, float]], captured: Captured, inp
     model's activations what its region computed there: what went wrong."""
     import torch
 
-    from fitness.compare import compare
+    from fitness.judge.compare import compare
 
     firsts = {group.keys[0]: (group.spec, path) for group, path, _ in batch}
     faults: dict[str, str] = {path.name: "the region did not run" for _, path in firsts.values()}

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from evolve.models.fusion import RegionCall, find_regions, partition
-from fitness.problem import Problem, build_model
+from fitness.problems.problem import Problem, build_model
 from platforms import Platform
 from platforms.device_lock import window as device_window
 
@@ -243,7 +243,7 @@ def timed_forward(platform: Platform, forward: Callable[..., Any], problem: Prob
     trace has them, each run's span and the device's busy time in it)."""
     import torch
 
-    from fitness.problem import make_inputs
+    from fitness.problems.problem import make_inputs
     from platforms import time_runs
 
     def run(_i: int, args: list[Any]) -> Any:

@@ -135,7 +135,7 @@ class RegionSpec:
 
 def _role(where: tuple[str, str] | None, stats: TensorStats) -> str:
     """A parameter or buffer stays one where a constructor can make one like it with what a
-    candidate's constructor may call (random fills and constants: ``fitness.trace``); a mask,
+    candidate's constructor may call (random fills and constants: ``fitness.worker.trace``); a mask,
     indices or flags become an input of forward."""
     return where[0] if where is not None and stats.form in ("draw", "constant", "complex") else "input"
 

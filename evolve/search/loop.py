@@ -426,7 +426,7 @@ def _note_progress(state: LoopState, new: list[Candidate], count_stale: bool = T
     improved = best is not None and faster(best.runtime_ms, best.spread, state.best_ms, state.best_spread)
     if improved:
         state.best_ms, state.best_speedup, state.best_spread = best.runtime_ms, best.speedup, best.spread
-        # a kernel that read below the floor is flagged, not at the speed of light (fitness.sol)
+        # a kernel that read below the floor is flagged, not at the speed of light (fitness.judge.sol)
         record = best.result or {}
         state.best_sol = None if record.get("below_floor") else record.get("sol")
     # patience set against torch.compile (search.speedup_over): only a best faster than it is progress
@@ -437,5 +437,5 @@ def _note_progress(state: LoopState, new: list[Candidate], count_stale: bool = T
 
 
 def _confinements(store: RunStore) -> list[str]:
-    """What the OS held the run's workers to (``fitness.confine``), as their verdicts say: once per run."""
+    """What the OS held the run's workers to (``fitness.boundary.confine``), as their verdicts say: once per run."""
     return sorted({(i.result or {}).get("confinement") or "" for i in store.individuals()} - {""})

@@ -61,7 +61,7 @@ def compile_seeds_apart(problem_path: str | Path, device: str = "cuda", shapes: 
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(root), os.environ.get("PYTHONPATH")])),
            PARENT_ENV: str(os.getpid())}
-    # named after this process: a driver killed meanwhile leaves it to the next start (fitness.sandbox)
+    # named after this process: a driver killed meanwhile leaves it to the next start (fitness.boundary.sandbox)
     with tempfile.TemporaryDirectory(prefix=f"kevo-capture-{os.getpid()}-") as folder:
         asked, answered = Path(folder) / "request.json", Path(folder) / "result.json"
         asked.write_text(json.dumps(request), encoding="utf-8")

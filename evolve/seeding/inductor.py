@@ -51,7 +51,7 @@ from typing import Any
 from evolve.seeding.conv_forms import template_forms
 from evolve.seeding.room import benchmarks_alone
 from evolve.seeding.symbolic import symbolic_sizes
-from fitness.problem import build_model, load_problem, make_inputs
+from fitness.problems.problem import build_model, load_problem, make_inputs
 from platforms import get_platform, time_runs
 from platforms.device_lock import window as device_window
 

@@ -54,7 +54,7 @@ TURN_SHARE = 0.05
 def capture_bytes(problem_path: str | Path, shapes: dict[str, int] | None, dtype: str | None) -> int | None:
     """What one capture of the problem holds at least: inputs, parameters and buffers, and its outputs
     twice (eager's and the compiled program's); None when the problem does not run on ``meta``."""
-    from fitness.profile_shape import layout_at
+    from fitness.profiling.shape import layout_at
 
     layout = layout_at(problem_path, dict(shapes or {}), dtype)
     if layout is None:

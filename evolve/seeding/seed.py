@@ -341,7 +341,7 @@ def _reference_error(problem_path: Path, device: str, shapes: dict[str, int] | N
     or runs out of memory, which says nothing of the model): no configuration's failure is then Inductor's."""
     import torch
 
-    from fitness.problem import build_model, load_problem, make_inputs
+    from fitness.problems.problem import build_model, load_problem, make_inputs
     from fitness.refusal import describe, out_of_memory
 
     try:

@@ -228,7 +228,7 @@ class ResponseCache(Protocol):
 
 #: Returns None (or a verdict with ``ok`` true) for a candidate it lets through,
 #: else a refusal: a reason string, or a verdict with ``ok``, ``status`` and ``reason``
-#: (``fitness.screen`` can be passed as it is).
+#: (``fitness.boundary.screen`` can be passed as it is).
 Screen = Callable[[str], Any]
 
 

@@ -1,7 +1,7 @@
 """The profilers behind one interface, and the choice of one for a platform.
 
 ``profiler.profile(command, env, kernel_filter, timeout_s, workload)`` runs
-``command`` (the target program, see ``fitness.profile_target``) under the
+``command`` (the target program, see ``fitness.profiling.target``) under the
 tool and returns a ``ProfileRecord``. A tool that fails (missing, timed
 out, nonzero exit, unreadable output) is not an error: the record comes
 from the analytic roofline and carries the reason, and the profiler

@@ -1,7 +1,7 @@
 # attack: goes for kevo's own timer (platforms.timing): replaces time_runs in its module and swaps the __code__ of the function object itself (so a caller that imported it before the candidate loaded runs the fake too), replaces the platforms' events so every interval reads 1 microsecond, and the timer's overhead helper; the kernel is honest but 10x redundant
 # problem: elementwise
 # expected: forbidden
-# defence: static screen (platforms is not an allowed import); runtime: the tamper watch on every name of platforms.timing and platforms.timeline, on every module binding of the timer's functions (the worker's own import included), on their __code__, and on the platform's events, synchronize and flush_cache (fitness.instrument.watched_objects)
+# defence: static screen (platforms is not an allowed import); runtime: the tamper watch on every name of platforms.timing and platforms.timeline, on every module binding of the timer's functions (the worker's own import included), on their __code__, and on the platform's events, synchronize and flush_cache (fitness.worker.instrument.watched_objects)
 import platforms
 import platforms.timing
 import torch

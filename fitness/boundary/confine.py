@@ -1,0 +1,315 @@
+"""The worker confined by the operating system: no network, writes only where it needs them.
+
+The runtime guard (``fitness.worker.guard``) watches Python. What a library does in C
+it does not see (``torch.save`` opens its file in C++), so the worker that runs
+candidates also asks the kernel, once, before it imports anything:
+
+- **Writes** (Landlock, Linux 5.19 and later): only under the worker's scratch
+  directory, its spill directory, the compile caches it needs (Triton's; torch
+  inductor's, CUDA's where set or there), ``/dev/shm``, and the device nodes it
+  opens (``/dev/null`` and the like, the GPU drivers' nodes). **Reads and
+  execution stay open**: the worker reads each problem from wherever the user
+  keeps it (one worker serves several problems), and the toolchain (the C
+  compiler Triton builds its driver module with, the GPU driver) reads across
+  the system. From ABI 4 on, Landlock also refuses TCP connections, and from
+  ABI 6 on signals to processes outside the worker.
+- **Network**: a network namespace of its own (``unshare(CLONE_NEWNET)``, with
+  a user namespace when not root), which has no interface but a loopback that
+  is down. Where namespaces are refused, a seccomp filter refuses every socket
+  but ``AF_UNIX`` (and io_uring, which could open one behind the filter).
+
+Each layer degrades on its own where the platform lacks it (an older kernel, a
+container without the system calls), and what was in force is said: the
+worker's ready message and every verdict carry ``Confinement.in_force``
+(``"landlock+netns"``, ``"netns (landlock unavailable: ...)"``, ...).
+
+``fitness.boundary.sandbox`` starts the worker as ``python -I fitness/boundary/confine.py POLICY --
+python -m fitness.worker ...``: this file runs as a script (nothing of kevo,
+torch or NumPy imported), confines its process while it has one thread (Landlock
+and namespaces bind the calling thread only, and NumPy's import starts a BLAS
+thread), and then executes the worker, which inherits all of it (Landlock and
+namespaces survive ``exec``; no-new-privileges keeps a set-user-ID program from
+shedding them). Only the standard library is used here.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import errno
+import glob
+import json
+import os
+import sys
+
+#: The worker's environment variable that carries what was put in force (JSON).
+ENV = "KEVO_CONFINEMENT"
+
+#: Device nodes a worker opens for writing: the generic ones, and the GPU drivers'
+#: (NVIDIA: nvidia*, nvidia-caps; AMD: kfd, dri). Anything else under /dev stays shut
+#: (a worker run as root must not reach /dev/mem or a disk).
+DEVICE_NODES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom",
+                "/dev/nvidia*", "/dev/nvidia-caps", "/dev/kfd", "/dev/dri")
+
+# The worker's own files in /proc (this process keeps its pid through exec): the CUDA driver
+# writes one of them, and fails to start without it. Not the guard's to allow a library.
+_OWN_PROC = ("/proc/self",)
+
+# Landlock (linux/landlock.h). The same system call numbers on x86_64 and aarch64.
+_CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446
+_CREATE_RULESET_VERSION = 1 << 0
+_RULE_PATH_BENEATH = 1
+_WRITE_FILE, _TRUNCATE = 1 << 1, 1 << 14
+# The rights that change the file system, with the ABI each came in. Reading and
+# executing (bits 0, 2, 3) are not handled, so they stay open; nor are device ioctls.
+_WRITE_RIGHTS = {
+    _WRITE_FILE: 1, 1 << 4: 1, 1 << 5: 1, 1 << 6: 1, 1 << 7: 1, 1 << 8: 1, 1 << 9: 1, 1 << 10: 1,
+    1 << 11: 1, 1 << 12: 1,  # remove dir/file, make char/dir/reg/sock/fifo/block/sym
+    1 << 13: 2,  # REFER: move or link a file between directories
+    _TRUNCATE: 3,
+}
+_NET_TCP = (1 << 0) | (1 << 1)  # bind, connect (ABI 4)
+_SCOPES = (1 << 0) | (1 << 1)  # abstract UNIX sockets, signals outside the domain (ABI 6)
+_PR_SET_NO_NEW_PRIVS = 38
+
+# Namespaces and seccomp.
+_CLONE_NEWNET, _CLONE_NEWUSER = 0x40000000, 0x10000000
+_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
+_SECCOMP_RET_ALLOW, _SECCOMP_RET_ERRNO = 0x7FFF0000, 0x00050000
+_AF_UNIX = 1
+# machine: (AUDIT_ARCH_*, socket, io_uring_setup)
+_SECCOMP_ARCH = {"x86_64": (0xC000003E, 41, 425), "aarch64": (0xC00000B7, 198, 425)}
+_X32_BIT = 0x40000000
+
+
+@dataclasses.dataclass(frozen=True)
+class Policy:
+    """What the worker may write: ``writable`` directories (and what is beneath them)."""
+
+    writable: tuple[str, ...]
+
+    def to_json(self) -> str:
+        return json.dumps({"writable": list(self.writable)})
+
+    @classmethod
+    def from_json(cls, text: str) -> "Policy":
+        return cls(tuple(json.loads(text)["writable"]))
+
+
+@dataclasses.dataclass(frozen=True)
+class Confinement:
+    """What was put in force: ``in_force`` in words, and the paths the worker may write
+    (the policy's directories and the device nodes found), which the guard uses too."""
+
+    in_force: str
+    writable: tuple[str, ...]
+
+    def to_json(self) -> str:
+        return json.dumps({"in_force": self.in_force, "writable": list(self.writable)})
+
+
+def writable_dirs(scratch: str, spill: str, env: dict[str, str]) -> tuple[str, ...]:
+    """The directories a worker started with ``env`` may write: its ``scratch`` directory
+    (its ``TMPDIR``, so torch inductor's default cache and Triton's build directories
+    are there), its ``spill`` directory, the compile caches and ``/dev/shm``.
+
+    >>> writable_dirs("/tmp/w", "/dev/shm/s", {"HOME": "/h", "TRITON_CACHE_DIR": "/c"})[:3]
+    ('/tmp/w', '/dev/shm/s', '/c')
+    """
+    home = env.get("HOME") or os.path.expanduser("~")
+    triton_home = env.get("TRITON_HOME") or home
+    dirs = [scratch, spill, env.get("TRITON_CACHE_DIR") or os.path.join(triton_home, ".triton", "cache")]
+    dirs += [env[name] for name in ("TRITON_DUMP_DIR", "TRITON_OVERRIDE_DIR", "TORCHINDUCTOR_CACHE_DIR",
+                                    "CUDA_CACHE_PATH") if env.get(name)]
+    if not env.get("CUDA_CACHE_PATH") and os.path.isdir(os.path.join(home, ".nv", "ComputeCache")):
+        dirs.append(os.path.join(home, ".nv", "ComputeCache"))  # the CUDA driver's JIT cache
+    dirs.append("/dev/shm")
+    return tuple(dict.fromkeys(dirs))
+
+
+def device_nodes() -> tuple[str, ...]:
+    """The nodes of ``DEVICE_NODES`` this machine has."""
+    return tuple(path for pattern in DEVICE_NODES for path in sorted(glob.glob(pattern)))
+
+
+def in_force() -> Confinement:
+    """What ``apply`` put in force for this process (read from ``ENV``); for a process
+    started some other way, none (and no paths)."""
+    text = os.environ.get(ENV)
+    if not text:
+        return Confinement("none (the worker was not started through fitness.boundary.confine)", ())
+    data = json.loads(text)
+    return Confinement(str(data["in_force"]), tuple(data["writable"]))
+
+
+# -- applying it ------------------------------------------------------------------------------
+
+
+def apply(policy: Policy) -> Confinement:
+    """Confine this process (and what it starts) to ``policy``, as far as the platform
+    allows; what was put in force. Call it while the process has a single thread."""
+    nodes = device_nodes()
+    writable = tuple(policy.writable) + nodes
+    if not sys.platform.startswith("linux"):
+        return Confinement(f"guard only (no confinement by the OS on {sys.platform})", writable)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        return Confinement(f"guard only (no-new-privileges refused: {_last_error()})", writable)
+    in_force, missing = [], []
+    network, why = _own_network(libc)  # before Landlock: a user namespace's maps are written in /proc
+    if network:
+        in_force.append(network)
+    else:
+        missing.append(f"network isolation unavailable: {why}")
+    why = _landlock(libc, policy.writable, nodes)
+    if why:
+        missing.append(f"landlock unavailable: {why}")
+    else:
+        in_force.insert(0, "landlock")
+    words = "+".join(in_force) or "guard only"
+    if missing:
+        words += f" ({'; '.join(missing)})"
+    return Confinement(words, writable)
+
+
+def _last_error() -> str:
+    code = ctypes.get_errno()
+    return f"{errno.errorcode.get(code, code)}: {os.strerror(code)}"
+
+
+def _own_network(libc: ctypes.CDLL) -> tuple[str, str]:
+    """('netns' | 'userns+netns' | 'seccomp', '') once the process has no network, or
+    ('', why not)."""
+    if libc.unshare(_CLONE_NEWNET) == 0:
+        return "netns", ""
+    why = f"unshare: {_last_error()}"
+    uid, gid = os.getuid(), os.getgid()
+    if libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNET) == 0:
+        # the same ids inside as outside, so that files and messages name the user as before
+        try:
+            for path, text in (("/proc/self/setgroups", "deny"), ("/proc/self/uid_map", f"{uid} {uid} 1"),
+                               ("/proc/self/gid_map", f"{gid} {gid} 1")):
+                with open(path, "w") as f:
+                    f.write(text)
+        except OSError:
+            return "userns(ids unmapped)+netns", ""  # the kernel still checks files as the same user
+        return "userns+netns", ""
+    why += f"; with a user namespace: {_last_error()}"
+    refused = _seccomp_sockets(libc)
+    if not refused:
+        return "seccomp", ""
+    return "", f"{why}; seccomp: {refused}"
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def _seccomp_sockets(libc: ctypes.CDLL) -> str:
+    """Refuse (EACCES) every socket but AF_UNIX, io_uring, and every system call of
+    another ABI (x32, i386); '' once in force, else why not."""
+    arch = _SECCOMP_ARCH.get(os.uname().machine)
+    if arch is None:
+        return f"no filter for {os.uname().machine}"
+    audit_arch, nr_socket, nr_io_uring = arch
+    ld_w_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
+    deny = _SECCOMP_RET_ERRNO | errno.EACCES
+    program = [
+        (ld_w_abs, 0, 0, 4),  # 0: the architecture
+        (jeq, 0, 7, audit_arch),  # 1: another ABI: deny (a jump counts from the next instruction)
+        (ld_w_abs, 0, 0, 0),  # 2: the system call's number
+        (jge, 5, 0, _X32_BIT),  # 3: x32: deny
+        (jeq, 4, 0, nr_io_uring),  # 4: io_uring_setup: deny
+        (jeq, 0, 2, nr_socket),  # 5: not socket(): allow
+        (ld_w_abs, 0, 0, 16),  # 6: socket's first argument, the family (its low 32 bits)
+        (jeq, 0, 1, _AF_UNIX),  # 7: AF_UNIX: allow, else deny
+        (ret, 0, 0, _SECCOMP_RET_ALLOW),  # 8
+        (ret, 0, 0, deny),  # 9
+    ]
+    filters = (_SockFilter * len(program))(*[_SockFilter(*item) for item in program])
+    prog = _SockFprog(len(program), filters)
+    if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0:
+        return _last_error()
+    return ""
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]
+
+
+class _PathBeneathAttr(ctypes.Structure):
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+def landlock_abi() -> int:
+    """The Landlock ABI this kernel offers; 0 for none."""
+    if not sys.platform.startswith("linux"):
+        return 0
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    return max(0, int(libc.syscall(_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION))))
+
+
+def _landlock(libc: ctypes.CDLL, dirs: tuple[str, ...], nodes: tuple[str, ...]) -> str:
+    """Restrict writes to ``dirs`` and ``nodes``; '' once in force, else why not."""
+    abi = libc.syscall(_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION))
+    if abi < 0:
+        return f"the kernel offers none ({_last_error()})"
+    if abi < 2:
+        return f"ABI {abi} cannot let a file move between directories, as Triton's cache does"
+    handled = sum(right for right, since in _WRITE_RIGHTS.items() if abi >= since)
+    attr = _RulesetAttr(handled, _NET_TCP if abi >= 4 else 0, _SCOPES if abi >= 6 else 0)
+    ruleset = libc.syscall(_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)),
+                           ctypes.c_uint32(0))
+    if ruleset < 0:
+        return f"landlock_create_ruleset: {_last_error()}"
+    try:
+        file_rights = _WRITE_FILE | _TRUNCATE  # all a device node takes
+        rules = [(path, handled) for path in dirs] + [(path, file_rights) for path in (*nodes, *_OWN_PROC)]
+        for path, rights in rules:
+            try:
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue  # a cache never made, a device this machine lacks
+            try:
+                rule = _PathBeneathAttr(rights & handled, fd)
+                if libc.syscall(_ADD_RULE, ruleset, _RULE_PATH_BENEATH, ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
+                    return f"landlock_add_rule({path}): {_last_error()}"
+            finally:
+                os.close(fd)
+        if libc.syscall(_RESTRICT_SELF, ruleset, ctypes.c_uint32(0)) != 0:
+            return f"landlock_restrict_self: {_last_error()}"
+    finally:
+        os.close(ruleset)
+    return ""
+
+
+def _threads() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 1
+
+
+def main(argv: list[str]) -> None:
+    """``confine.py POLICY -- PROGRAM ARGS...``: confine this process, then execute PROGRAM
+    with ``ENV`` saying what is in force."""
+    if len(argv) < 3 or argv[1] != "--":
+        raise SystemExit("usage: confine.py POLICY -- PROGRAM [ARGS...]")
+    if _threads() != 1:
+        raise SystemExit("fitness.boundary.confine: the process has more than one thread; confinement binds one")
+    confinement = apply(Policy.from_json(argv[0]))
+    os.environ[ENV] = confinement.to_json()
+    program = argv[2:]
+    os.execv(program[0], program)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
