@@ -77,6 +77,10 @@ class Platform(abc.ABC):
         """A fresh (mark, elapsed_ms) pair: ``mark()`` stamps a point on the device
         timeline, ``elapsed_ms(start, stop)`` reads the milliseconds between two stamps."""
 
+    #: Whether ``device_trace()`` gives a window's record, host operators included
+    #: (``platforms.timeline.DeviceTimeline.host_ops``).
+    has_device_trace = False
+
     def device_trace(self) -> Any:
         """A ``platforms.timeline.DeviceTimeline`` for one window, or None if the platform has none."""
         return None

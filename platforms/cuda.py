@@ -18,6 +18,7 @@ _FLUSH_BYTES = 512 << 20
 
 class CudaPlatform(Platform):
     name = "cuda"
+    has_device_trace = True
     worker_env: dict[str, str] = {}
     # 10 ms of warm-up and a 10 ms window, with at least 12 runs (so that the 10 checked runs
     # and the last are drawn from more than themselves): on an H200 as precise as 25 + 100 ms

@@ -112,6 +112,48 @@ class DeviceTimeline:
         return spans, busy
 
 
+    def host_ops(self, n_runs: int) -> list[list[str]] | None:
+        """The operators PyTorch dispatched on the host inside each run, outermost only (an
+        ``aten::zeros`` and not the ``aten::fill_`` it calls), as the profiler recorded them
+        (``aten::`` left off); None where a run's range is missing. What the dispatch trace
+        (``fitness.worker.trace``) would have seen, read after the runs instead of intercepted
+        during them: a Python dispatch mode costs microseconds on every operator, inside the
+        timed region, and the profiler that times the runs records the operators anyway."""
+        if not self._closed:
+            raise RuntimeError("host_ops() before the window closed")
+        try:
+            events = self._profile.profiler.kineto_results.events()
+        except Exception:
+            return None
+        ranges: dict[int, tuple[int, int]] = {}
+        ops: list[tuple[int, int, int, str]] = []  # start, end, thread, name
+        for event in events:
+            if not str(event.device_type()).endswith("CPU"):
+                continue
+            name = event.name()
+            if name.startswith(self._tag):
+                index = int(name[len(self._tag):])
+                if index in ranges:
+                    return None
+                ranges[index] = (event.start_ns(), event.end_ns())
+            elif event.activity_type() == "cpu_op":
+                ops.append((event.start_ns(), -event.end_ns(), event.start_thread_id(), name))
+        if sorted(ranges) != list(range(n_runs)):
+            return None
+        ops.sort()  # by start, the enclosing operator (the later end) first
+        starts = [start for start, *_ in ops]
+        found = []
+        for index in range(n_runs):
+            lo, hi = ranges[index]
+            outer, reach = [], {}  # each thread's outermost operator's end so far
+            for start, neg_end, thread, name in ops[bisect.bisect_left(starts, lo):bisect.bisect_right(starts, hi)]:
+                if start >= reach.get(thread, -1):
+                    outer.append(name.removeprefix("aten::"))
+                    reach[thread] = -neg_end
+            found.append(outer)
+        return found
+
+
 def busy_ms(intervals: list[tuple[int, int]]) -> float:
     """Milliseconds covered by at least one of ``intervals`` (nanoseconds, sorted by start): a span
     less its gaps, where the device waited for the host to launch the next kernel.

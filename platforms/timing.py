@@ -65,6 +65,7 @@ class Timing:
     device_ms: list[float] | None = None  # first to last device activity of each run (platforms.timeline)
     trace_parts_s: tuple[float, float, float] = (0.0, 0.0, 0.0)  # the device trace's host cost: start, stop, read
     device_busy_ms: list[float] | None = None  # each run's span less its gaps (platforms.timeline.busy_ms)
+    host_ops: list[list[str]] | None = None  # each run's outermost PyTorch operators (platforms.timeline.host_ops)
 
     @property
     def busy_share(self) -> float | None:
@@ -223,8 +224,9 @@ def time_runs(
     runs = [elapsed(start, stop) for start, stop in marks]
     reading = clock()
     spans, busy = (timeline.runs(n_runs) if timeline else None) or (None, None)
+    host_ops = timeline.host_ops(n_runs) if timeline else None
     parts = (started_s, stopped_s, clock() - reading)
-    return Timing(runs, walls, overhead, spans, parts, busy)
+    return Timing(runs, walls, overhead, spans, parts, busy, host_ops)
 
 
 def _nothing(*args: Any) -> None:

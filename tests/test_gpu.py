@@ -150,3 +150,36 @@ def test_torch_compile_is_timed_as_the_incumbent_by_the_same_clock(gpu_evaluator
     tf32 = gpu_evaluator.time_incumbent(Incumbent(tf32=True))
     assert tf32.status is Status.ACCEPTED and torch.get_float32_matmul_precision() == before
     assert gpu_evaluator.evaluate(SEED).status is Status.ACCEPTED  # the judge still judges after it
+
+
+def test_timed_runs_are_checked_from_the_profilers_record(gpu_evaluator):
+    """A timed run on a GPU goes without the dispatch trace; the profiler that times it records its
+    PyTorch operators instead (``platforms.timeline.DeviceTimeline.host_ops``), and a Triton
+    launch adds none of its own. A candidate that computes with PyTorch once its checks are
+    over is ``forbidden`` all the same."""
+    import torch
+
+    from platforms import TimingSettings, get_platform, time_runs
+
+    spec = importlib.util.spec_from_file_location("elementwise_seed", PROBLEMS / "elementwise" / "seed.py")
+    seed = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(seed)
+    x = torch.rand(1 << 20, device="cuda")
+
+    def run(i, args):
+        out = torch.empty_like(x)
+        seed.gated_mul_kernel[(x.numel() // 1024,)](x, x, out, x.numel(), BLOCK_SIZE=1024)
+        if i == 2:
+            torch.mm(x[:64, None], x[None, :64])
+        return out
+
+    timing = time_runs(get_platform("cuda"), run, TimingSettings(warmup_ms=0, window_ms=0, min_runs=4))
+    assert timing.host_ops == [["empty_like"], ["empty_like"],
+                               ["empty_like", "slice", "unsqueeze", "slice", "unsqueeze", "mm"], ["empty_like"]]
+    # right answers, computed by PyTorch past the first 30 calls (in the warm-up or the window)
+    late = SEED.replace("    def forward(self, x, y):", "    calls = 0\n\n    def forward(self, x, y):", 1)
+    late = late.replace(LAUNCH, LAUNCH + "\n        ModelNew.calls += 1\n        if ModelNew.calls > 30:\n"
+                                 "            out.copy_(x * torch.sigmoid(y))", 1)
+    assert late.count("ModelNew.calls") == 2
+    result = gpu_evaluator.evaluate(late)
+    assert result.status is Status.FORBIDDEN and "aten.sigmoid" in result.reason, (result.status, result.reason)

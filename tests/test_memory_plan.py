@@ -166,7 +166,7 @@ def test_a_checked_timed_runs_inputs_are_dropped_before_its_hand_over():
         live[seed] = args
         return args, [None, None]
 
-    window = TimedWindow(100, check_seed=1, checks=2, draw=draw, forward=lambda args: sum(args),
+    window = TimedWindow(100, check_seed=1, checks=2, draw=draw, forward=lambda args, i: sum(args),
                          changed=lambda witnesses, args: None,
                          hand_over=lambda run, seed, outputs: handed.append((run, len(live[seed]))))
     window.window(5)

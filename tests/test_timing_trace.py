@@ -27,6 +27,9 @@ class SlowTrace:
         time.sleep(0.05)
         return None
 
+    def host_ops(self, n_runs):  # and each run's PyTorch operators (none here)
+        return None
+
 
 class TracedCpu(CpuPlatform):
     def device_trace(self):
@@ -89,3 +92,28 @@ def test_the_trace_gives_each_runs_span_and_the_devices_busy_time_in_it():
     timing = Timing([10.0, 20.0], [10.0, 20.0], 0.0, spans, (0.0, 0.0, 0.0), busy)
     assert timing.busy_share == pytest.approx((1.0 + 0.4) / 2)  # the median of 1 and 0.4
     assert Timing([10.0], [10.0], 0.0, None).busy_share is None  # no trace: not known
+
+
+def test_the_record_gives_each_runs_outermost_pytorch_operators():
+    """What the dispatch trace would refuse in a timed run, read from the profiler's record after
+    the runs (``DeviceTimeline.host_ops``): each run's own operators, the outermost ones only
+    (``zeros``, not the ``fill_`` inside it), whatever ran between the runs left out."""
+    import torch
+
+    from fitness.worker.trace import host_violations
+    from platforms.timeline import DeviceTimeline
+
+    timeline, x = DeviceTimeline(), torch.randn(1, 64)
+    with pytest.warns(UserWarning, match="CUDA") if not torch.cuda.is_available() else contextlib.nullcontext():
+        with timeline:
+            for i in range(3):
+                torch.ones(3)  # between runs: no run's
+                with timeline.run(i):
+                    torch.empty(5)
+                    torch.zeros(10)
+                    if i == 1:
+                        torch.nn.functional.linear(x, x)
+    ops = timeline.host_ops(3)
+    assert ops == [["empty", "zeros"], ["empty", "zeros", "linear"], ["empty", "zeros"]]
+    assert host_violations(ops) == ["linear"]
+    assert timeline.host_ops(4) is None  # a run without its range: no record to trust

@@ -14,6 +14,7 @@ every step that none was replaced.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import hashlib
@@ -43,7 +44,7 @@ from fitness.worker.instrument import (Watch, instrument_autotuners, instrument_
 from fitness.worker.load_step import build_candidate, import_candidate, warm
 from fitness.worker.loan import CompileLoan
 from fitness.worker.timed_step import TimedWindow
-from fitness.worker.trace import INIT_OPS
+from fitness.worker.trace import INIT_OPS, UNRECORDED, host_violations
 from platforms import TimingSettings, get_platform, time_runs
 
 
@@ -170,24 +171,26 @@ class Harness:
         self.platform.release_memory()
         return Ok()
 
-    def _run(self, args: list, profile: bool = True) -> Any:
-        """One traced, guarded forward; returns its outputs after the device is idle."""
+    def _run(self, args: list, profile: bool = True, traced: bool = True) -> Any:
+        """One guarded forward, traced unless ``traced`` is False (a timed run whose PyTorch
+        operators the profiler records: ``Harness.time``); returns its outputs after the
+        device is idle."""
         torch = self.torch
-        self.trace = self.trace_cls()
+        self.trace = self.trace_cls() if traced else None
         launches_before = self.launches
         try:
-            with self.trace, torch.no_grad(), self.guard.running(profile):
+            with self.trace or contextlib.nullcontext(), torch.no_grad(), self.guard.running(profile):
                 outputs = self.model(*args)
             self.platform.synchronize()
         except (Refusal, HarnessFault):
             raise
         except BaseException as exc:  # the candidate's failure, whatever it raised
-            if self.trace.violations:
+            if self.trace is not None and self.trace.violations:
                 raise Refusal(Status.FORBIDDEN, forbidden_reason(self.trace.violations))
             raise classify(exc, "running forward", self.platform)
         finally:
             trace, self.trace = self.trace, None
-        if trace.violations:
+        if trace is not None and trace.violations:
             raise Refusal(Status.FORBIDDEN, forbidden_reason(trace.violations))
         if self.launches == launches_before:
             raise Refusal(Status.FORBIDDEN, "forward launched no Triton kernel")
@@ -245,16 +248,28 @@ class Harness:
             self.platform.poison_memory(poison)
             return args, witnesses
 
-        steps = TimedWindow(base_seed, check_seed, checks, draw, lambda args: self._run(args, profile=False),
+        settings = TimingSettings(**timing)
+        # where the profiler that times the window records each run's operators, the window's runs
+        # go without the dispatch trace (its cost on every operator would be the kernel's time) and
+        # their operators are checked once the window is over; warm-up runs stay traced
+        recorded = settings.device_trace and self.platform.has_device_trace
+        steps = TimedWindow(base_seed, check_seed, checks, draw,
+                            lambda args, i: self._run(args, profile=False, traced=i < 0 or not recorded),
                             self._changed, lambda i, seed, outputs: self._hand_over(i, seed, self._outputs(outputs)))
         run, prepare, finish, window = steps.run, steps.prepare, steps.finish, steps.window  # time_runs' callbacks
         collecting = gc.isenabled()
         gc.disable()  # a collection inside a timed run would be charged to the candidate
         try:
-            timing_result = time_runs(self.platform, run, TimingSettings(**timing), prepare, finish, window)
+            timing_result = time_runs(self.platform, run, settings, prepare, finish, window)
         finally:
             if collecting:
                 gc.enable()
+        if recorded:
+            if timing_result.host_ops is None:
+                raise Refusal(Status.FORBIDDEN, UNRECORDED)
+            computed = host_violations(timing_result.host_ops)
+            if computed:
+                raise Refusal(Status.FORBIDDEN, forbidden_reason(computed))
         return steps.reply(timing_result), []
 
     def _hand_over(self, run: int, seed: int, outputs: list) -> None:

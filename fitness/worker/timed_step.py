@@ -29,13 +29,13 @@ class TimedWindow:
     """One time step's runs, given what the worker does for them:
 
     ``draw(seed)``: the inputs drawn from ``seed`` and their witnesses, with the
-    memory poisoned; ``forward(args)``: one guarded forward; ``changed(witnesses,
+    memory poisoned; ``forward(args, i)``: run ``i``'s guarded forward; ``changed(witnesses,
     args)``: the first input the candidate changed, or None; ``hand_over(run, seed,
     outputs)``: send a checked run's outputs and wait for the evaluator's verdict.
     """
 
     def __init__(self, base_seed: int, check_seed: int, checks: int, draw: Callable[[int], tuple[list, list]],
-                 forward: Callable[[list], Any], changed: Callable[[list, list], int | None],
+                 forward: Callable[[list, int], Any], changed: Callable[[list, list], int | None],
                  hand_over: Callable[[int, int, Any], None]) -> None:
         self.base_seed, self.checks = base_seed, checks
         self.draw, self.forward, self.changed, self.hand_over = draw, forward, changed, hand_over
@@ -64,7 +64,7 @@ class TimedWindow:
         return args
 
     def run(self, i: int, args: list) -> Any:
-        return self.forward(args)
+        return self.forward(args, i)
 
     def finish(self, i: int, args: list, outputs: Any) -> None:
         # outside the timed region: the input check and the hand-over are not the kernel's time

@@ -63,3 +63,19 @@ class ComputeTrace(TorchDispatchMode):
             self.violations.append(name)
             raise ForbiddenOp(f"PyTorch computed with aten.{name}; the work must be done in Triton kernels")
         return func(*args, **(kwargs or {}))
+
+
+
+#: Why a window whose profiler record is missing is refused.
+UNRECORDED = "the profiler's record of the timed runs is incomplete: their PyTorch operators cannot be checked"
+
+
+def host_violations(host_ops: list[list[str]]) -> list[str]:
+    """The operators outside ``ALLOWED_OPS`` that timed runs dispatched, from the profiler's record
+    of each run (``platforms.timeline.DeviceTimeline.host_ops``): the dispatch trace's rule, applied
+    after the runs instead of during them.
+
+    >>> host_violations([["empty", "zeros"], ["empty_strided", "mm"]])
+    ['mm']
+    """
+    return [name for run in host_ops for name in run if name not in ALLOWED_OPS]
