@@ -116,3 +116,43 @@ def test_no_call_s_inputs_lie_where_the_last_call_s_did(device_kind, problem):
     with Evaluator(PROBLEMS / problem / "reference.py", platform=device_kind, shapes=shapes) as evaluator:
         result = evaluator.evaluate(source)
     assert result.status is Status.ACCEPTED, result.reason
+
+
+HARNESS_WITH_L2_SET_ASIDE = """
+import sys
+from fitness.refusal import Refusal
+from fitness.worker.harness import Harness
+from platforms import TimingSettings
+import dataclasses
+
+harness = Harness("cpu", 0)
+harness.load(open(sys.argv[1]).read(), sys.argv[2], {"batch_size": 4, "dim": 100}, 0)
+harness._hand_over = lambda run, seed, outputs: None
+timing = dataclasses.asdict(TimingSettings(warmup_ms=0, window_ms=0, min_runs=3, max_runs=3))
+harness.time(1, 2, 1, [1600], timing)  # nothing set aside: timed
+harness.platform.persisting_l2_bytes = lambda: 4 << 20  # what a candidate's raised limit reads as on a GPU
+try:
+    harness.time(1, 2, 1, [1600], timing)
+except Refusal as refusal:
+    print(refusal.status.value, refusal.fatal, refusal.reason)
+"""
+
+
+def test_l2_set_aside_for_persisting_lines_after_the_window_is_forbidden(tmp_path):
+    """The worker reads the platform's set-aside L2 after every time step (a GPU's is checked in
+    tests/test_gpu.py); any is refused, and the worker, whose context keeps it, goes."""
+    import os
+    import subprocess
+    import sys
+
+    from platforms.cpu import CpuPlatform
+
+    script = tmp_path / "harness.py"
+    script.write_text(HARNESS_WITH_L2_SET_ASIDE)
+    env = {**os.environ, **CpuPlatform.worker_env, "PYTHONPATH": str(PROBLEMS.parent)}
+    done = subprocess.run([sys.executable, str(script), str(PROBLEMS / "elementwise" / "seed.py"),
+                           str(PROBLEMS / "elementwise" / "reference.py")],
+                          capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == \
+        f"forbidden True the candidate set aside {4 << 20} bytes of L2 for persisting lines", done.stdout

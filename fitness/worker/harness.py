@@ -265,6 +265,10 @@ class Harness:
         finally:
             if collecting:
                 gc.enable()
+        kept = self.platform.persisting_l2_bytes()
+        if kept:  # lines it marked persisting would stay in L2 through every flush
+            raise Refusal(Status.FORBIDDEN, f"the candidate set aside {kept} bytes of L2 for persisting lines",
+                          fatal=True)
         return steps.reply(timing_result), []
 
     def _hand_over(self, run: int, seed: int, outputs: list) -> None:
