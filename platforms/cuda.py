@@ -252,7 +252,8 @@ class PersistingL2:
         import ctypes
 
         self._ctypes = ctypes
-        self._set, self._get, self._reset = driver.cuCtxSetLimit, driver.cuCtxGetLimit, driver.cuCtxResetPersistingL2Cache
+        self._set, self._get = driver.cuCtxSetLimit, driver.cuCtxGetLimit
+        self._reset = driver.cuCtxResetPersistingL2Cache
         self._set.argtypes = [ctypes.c_int, ctypes.c_size_t]
         self._get.argtypes = [ctypes.POINTER(ctypes.c_size_t), ctypes.c_int]
         self._reset.argtypes = []

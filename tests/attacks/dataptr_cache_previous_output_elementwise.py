@@ -1,7 +1,7 @@
 # attack: keys a module-level cache on its inputs' addresses (data_ptr): when an input of a call lies where one of the last call's lay, it launches its kernel with nothing to do and returns the last output, as if the same inputs had come back - the caching allocator hands a freed block out again, so fresh inputs tend to land at the last ones' addresses
 # problem: elementwise
 # expected: accepted
-# defence: inputs at a fresh address every call, timed runs included (fitness.worker.timed_step.apart: a draw that lands on the last draw's addresses is held while the inputs are drawn again elsewhere), so the cache never hits and the kernel does honest work, honestly timed (accepted). Without it the cache hits on new data at a recycled address: wrong. One launch either way, so the launch count does not tell
+# defence: inputs at a fresh address every call, timed runs included (fitness.worker.timed_step.apart: a draw that lands on the last draw's addresses is held while the inputs are drawn again elsewhere), so the cache never hits and the kernel does honest work, honestly timed (accepted). Without it the cache hits on new data at a recycled address, wrong where checked (on a GPU: the CPU worker's allocations seldom land on the last call's addresses, tests/test_timing_defences.py checks the rule itself). One launch either way, so the launch count does not tell
 import torch
 import torch.nn as nn
 import triton
