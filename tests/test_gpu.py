@@ -162,7 +162,7 @@ def test_no_l2_is_set_aside_for_persisting_lines_and_each_flush_resets_them():
     assert platform._l2 is not None and platform.persisting_l2_bytes() == 0
     try:
         assert platform._l2.set_aside(4 << 20)  # what a candidate's C code could do
-        assert platform.persisting_l2_bytes() >= 4 << 20  # the worker's check after its time step reads it
+        assert platform.persisting_l2_bytes() > 0  # the worker's check after its time step reads it
         reset = platform._l2._reset
         calls = []
         platform._l2._reset = lambda: calls.append(reset())
