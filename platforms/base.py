@@ -20,7 +20,7 @@ and overrides, where its device has them (the defaults do without):
 per process), ``worker_env`` and ``worker_setup()`` (nothing to install),
 ``memory_guard()`` (none), ``export_tensor``/``import_tensor`` (outputs
 travel as bytes), ``witness``/``unchanged`` (a copy of the input),
-``release_memory`` (nothing to give back), ``track_peak``/``peak_since`` (no
+``release_memory`` (nothing to give back), ``persisting_l2_bytes`` (none), ``track_peak``/``peak_since`` (no
 peak known), ``process_overhead_bytes`` (0), ``context_lost`` (never), and
 ``timing``, its default ``TimingSettings``.
 
@@ -99,6 +99,12 @@ class Platform(abc.ABC):
         CPU platform gives the interpreter libdevice), as tamper-watch entries
         (readable name -> (object, attribute))."""
         return {}
+
+    def persisting_l2_bytes(self) -> int:
+        """Bytes of the last-level cache set aside for lines a kernel marked persisting, in this
+        process's context: a worker sets none (``worker_setup``), so more means a candidate raised it.
+        0 where the device has no such thing."""
+        return 0
 
     def warm_up(self) -> None:
         """Pay a new worker's one-time costs before its first candidate: the device's context,

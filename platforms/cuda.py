@@ -32,6 +32,7 @@ class CudaPlatform(Platform):
     def __init__(self, index: int = 0) -> None:
         self.index = index
         self._flush_buffer = None
+        self._l2: PersistingL2 | None = None  # a worker's (worker_setup)
 
     visibility_variable = "CUDA_VISIBLE_DEVICES"
 
@@ -70,11 +71,26 @@ class CudaPlatform(Platform):
     def flush_cache(self) -> None:
         import torch
 
+        if self._l2 is not None:
+            self._l2.reset()  # lines a kernel marked persisting would outlive the zeroing below
         if self._flush_buffer is None:
             self._flush_buffer = torch.empty(
                 _FLUSH_BYTES // 4, dtype=torch.float32, device=self.device()
             )
         self._flush_buffer.zero_()
+
+    def worker_setup(self) -> dict[str, tuple[Any, str]]:
+        # No L2 set aside for persisting lines: a kernel that marks its working set persisting (an access
+        # policy window on its stream) would keep it in L2 through the flush and read at L2 speed.
+        self._l2 = PersistingL2.open()
+        if self._l2 is None:
+            return {}
+        self._l2.set_aside(0)
+        return {"platform._l2": (self, "_l2"),
+                **{f"PersistingL2.{name}": (PersistingL2, name) for name in ("reset", "set_aside", "set_aside_bytes")}}
+
+    def persisting_l2_bytes(self) -> int:
+        return self._l2.set_aside_bytes() if self._l2 is not None else 0
 
     def poison_memory(self, sizes: list[int]) -> None:
         import torch
@@ -224,6 +240,44 @@ class CudaPlatform(Platform):
             return start.elapsed_time(stop)
 
         return mark, elapsed
+
+
+class PersistingL2:
+    """The L2 set aside for persisting lines in this process's context, through the driver (libcuda):
+    ``cuCtxSetLimit``/``cuCtxGetLimit`` of ``CU_LIMIT_PERSISTING_L2_CACHE_SIZE``, and
+    ``cuCtxResetPersistingL2Cache``, which turns every persisting line back into a normal one."""
+
+    LIMIT = 0x06  # CU_LIMIT_PERSISTING_L2_CACHE_SIZE
+
+    def __init__(self, driver: Any) -> None:
+        import ctypes
+
+        self._ctypes = ctypes
+        self._set, self._get = driver.cuCtxSetLimit, driver.cuCtxGetLimit
+        self._reset = driver.cuCtxResetPersistingL2Cache
+        self._set.argtypes = [ctypes.c_int, ctypes.c_size_t]
+        self._get.argtypes = [ctypes.POINTER(ctypes.c_size_t), ctypes.c_int]
+        self._reset.argtypes = []
+
+    @classmethod
+    def open(cls) -> "PersistingL2 | None":
+        """The driver's functions, or None where it has none (then nothing can be set aside either)."""
+        import ctypes
+
+        try:
+            return cls(ctypes.CDLL("libcuda.so.1"))
+        except (OSError, AttributeError):
+            return None
+
+    def set_aside(self, n_bytes: int) -> bool:
+        return self._set(self.LIMIT, n_bytes) == 0  # a device without the limit (MIG, say) refuses: none there
+
+    def set_aside_bytes(self) -> int:
+        value = self._ctypes.c_size_t(0)
+        return int(value.value) if self._get(self._ctypes.byref(value), self.LIMIT) == 0 else 0
+
+    def reset(self) -> None:
+        self._reset()
 
 
 # torch names the shared-memory file of an IPC reference counter after the

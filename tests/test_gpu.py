@@ -183,3 +183,44 @@ def test_timed_runs_are_checked_from_the_profilers_record(gpu_evaluator):
     assert late.count("ModelNew.calls") == 2
     result = gpu_evaluator.evaluate(late)
     assert result.status is Status.FORBIDDEN and "aten.sigmoid" in result.reason, (result.status, result.reason)
+
+
+def test_no_l2_is_set_aside_for_persisting_lines_and_each_flush_resets_them():
+    from platforms.cuda import CudaPlatform
+
+    platform = CudaPlatform()
+    platform.warm_up()
+    assert platform.persisting_l2_bytes() == 0  # outside a worker: nothing read
+    platform.worker_setup()
+    assert platform._l2 is not None and platform.persisting_l2_bytes() == 0
+    try:
+        assert platform._l2.set_aside(4 << 20)  # what a candidate's C code could do
+        assert platform.persisting_l2_bytes() > 0  # the worker's check after its time step reads it
+        reset = platform._l2._reset
+        calls = []
+        platform._l2._reset = lambda: calls.append(reset())
+        platform.flush_cache()
+        assert calls == [0]  # the flush turned persisting lines back into normal ones (CUDA_SUCCESS)
+    finally:
+        platform._l2.set_aside(0)
+
+
+def test_l2_persisting_attack_is_refused_with_the_screen_off():
+    from fitness import EvalSettings
+
+    source = (PROBLEMS.parent / "tests" / "attacks" / "l2_persisting_window_elementwise.py").read_text()
+    with Evaluator(PROBLEMS / "elementwise" / "reference.py", platform="auto", shapes=SHAPES,
+                   settings=EvalSettings(screen=False)) as evaluator:
+        result = evaluator.evaluate(source)
+    assert result.status is Status.FORBIDDEN, result.reason  # the guard refuses ctypes from the candidate
+
+
+def test_a_graph_captured_in_forward_is_refused_with_the_screen_off():
+    from fitness import EvalSettings
+
+    source = (PROBLEMS.parent / "tests" / "attacks" / "graph_capture_first_call_elementwise.py").read_text()
+    with Evaluator(PROBLEMS / "elementwise" / "reference.py", platform="auto", shapes=SHAPES,
+                   settings=EvalSettings(screen=False)) as evaluator:
+        result = evaluator.evaluate(source)
+    assert result.status is Status.FORBIDDEN, result.reason
+    assert "operator" in result.reason or "aten" in result.reason, result.reason  # the dispatch trace's

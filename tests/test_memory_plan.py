@@ -37,6 +37,8 @@ def test_each_phase_counts_what_is_alive_then():
     assert v.phases(overlap=True) == {
         "checked call": (100 + 100 + 10 + 7 + 3) + (100 + 10 + 7),
         "hand-over": 3 + 3 * 10,
+        "drawing inputs": 2 * 100 + 3 + (100 + 10 + 7),  # a redraw beside the held draw, the reference meanwhile
+        "run twice": 100 + 100 + 10 + 7 + 3 + 10,  # the call beside the first run's outputs
         "timed run": 100 + 100 + 10 + 7 + 3 + k * 10,
         "judging a timed run": 3 + 10 + 10 + (100 + 10 + 7) + k * 10,
     }
@@ -44,8 +46,13 @@ def test_each_phase_counts_what_is_alive_then():
     # the candidate alone, then the reference beside the copy of its outputs (the worker's gone)
     assert apart["checked call"] == max(100 + 100 + 10 + 7 + 3, 3 + 10 + (100 + 10 + 7))
     assert apart["hand-over"] == 3 + 2 * 10  # no reference computed meanwhile
-    assert {k: v for k, v in apart.items() if k not in ("checked call", "hand-over")} == \
-        {k: v for k, v in v.phases(overlap=True).items() if k not in ("checked call", "hand-over")}
+    assert apart["drawing inputs"] == 2 * 100 + 3
+    own = ("checked call", "hand-over", "drawing inputs")
+    assert {k: v for k, v in apart.items() if k not in own} == \
+        {k: v for k, v in v.phases(overlap=True).items() if k not in own}
+    # inputs far larger than the rest (a fingerprint for a witness): a redraw is the timed run's largest part
+    big = variant(i=1000, o=10, s=7, w=1, p=3)
+    assert big.phases(overlap=False)["timed run"] == 2 * 1000 + 3 + k * 10
 
 
 def test_outputs_larger_than_inputs_hold_two_outputs_at_most_when_checked_apart():
@@ -61,7 +68,8 @@ def test_a_held_out_shape_is_only_checked_so_it_counts_the_checks_phases():
     v = variant(i=100, o=10, s=7, w=100, p=3)
     for overlap in (True, False):
         checked = v.phases(overlap, timed=False)
-        assert checked == {k: n for k, n in v.phases(overlap).items() if k in ("checked call", "hand-over")}
+        assert checked == {k: n for k, n in v.phases(overlap).items()
+                           if k in ("checked call", "hand-over", "drawing inputs")}
         assert v.footprint(overlap, timed=False) == max(checked.values())
 
 
@@ -146,8 +154,12 @@ def test_without_overlap_the_reference_runs_once_the_worker_let_its_outputs_go(s
     calls = [i for i, event in enumerate(seen) if event[0] == "Call"]
     held_out = [i for i in calls if not seen[i][3]]
     assert held_out and len(held_out) < len(calls), seen
+    run_twice = [i for i in calls if seen[i][3]][1]  # the main shapes' first inputs again: judged against the first
+    assert seen[run_twice + 1][0] == "Call", seen[run_twice:run_twice + 2]  # no reference, nothing let go
     for i in calls:
         n = seen[i][1]
+        if i == run_twice:
+            continue
         if main_overlaps and seen[i][3]:  # the reference computed meanwhile, no letting go first
             assert seen[i][2] is False and seen[i + 1][0] == "reference", seen[i:i + 2]
             continue

@@ -37,10 +37,10 @@ def test_the_budget_never_raises_the_minimum():
     assert runs_of(0.03, min_runs=3) == 3
 
 
-# honest on every call but the third timed run: 8 calls come before timing at these shapes (the
-# checked calls, then 1 warm-up run)
+# honest on every call but the third timed run: 9 calls come before timing at these shapes (the
+# checked calls, the first fixed inputs run twice among them, then 1 warm-up run)
 ONE_WRONG_RUN = (ATTACKS / "late_turn_wrong_in_timing_elementwise.py").read_text().replace(
-    "HONEST_CALLS = 9 + 1 + 6", "HONEST_CALLS = 8 + 2").replace(
+    "HONEST_CALLS = 9 + 1 + 6", "HONEST_CALLS = 9 + 2").replace(
     "HONEST=CALLS[0] <= HONEST_CALLS", "HONEST=CALLS[0] != HONEST_CALLS + 1")
 
 
@@ -52,7 +52,7 @@ def evaluate(source: str, **settings) -> object:
 
 
 def test_a_short_window_checks_every_run():
-    assert "HONEST_CALLS = 8 + 2" in ONE_WRONG_RUN and "!= HONEST_CALLS + 1" in ONE_WRONG_RUN
+    assert "HONEST_CALLS = 9 + 2" in ONE_WRONG_RUN and "!= HONEST_CALLS + 1" in ONE_WRONG_RUN
     honest = evaluate((ROOT / "problems" / "elementwise" / "seed.py").read_text())
     assert honest.status.value == "accepted", honest.reason
     wrong = evaluate(ONE_WRONG_RUN)

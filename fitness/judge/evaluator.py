@@ -130,11 +130,13 @@ class Evaluator(contextlib.AbstractContextManager):
             self.channel.loaded = variant
         return reply
 
-    def _checked_call(self, variant: Variant, seed: int, probe: Probe | None = None) -> tuple[Reply, Any]:
+    def _checked_call(self, variant: Variant, seed: int, probe: Probe | None = None, keep: list | None = None,
+                      against: list | None = None) -> tuple[Reply, Any]:
         """(the worker's reply, the comparison) for one call of the candidate on ``seed``'s inputs (transformed by
         ``probe``, if given, and judged at its cutoff), with the device's lane shared; the reference's outputs are
-        computed here while the worker runs it."""
-        refs: list = []
+        computed here while the worker runs it. ``keep`` gets the candidate's outputs; given ``against`` (the
+        outputs of an earlier call on the same inputs), the outputs are judged against those, with no reference."""
+        refs: list = [] if against is None else against
 
         def reference() -> None:
             with self._timed("reference outputs"):
@@ -142,15 +144,18 @@ class Evaluator(contextlib.AbstractContextManager):
 
         step = Call(seed, variant.output_bytes, probe, lend=True)
         overlap = self.prepared.overlap_reference if variant is self.main else self.prepared.overlap_held_out  # once
+        meanwhile = reference if overlap and against is None else None
         with self._waiting("wait: lane", self.lane.shared()) as hold:
-            reply, outputs = self.channel.step(step, reference if overlap else None, self.channel.lending(hold))
+            reply, outputs = self.channel.step(step, meanwhile, self.channel.lending(hold))
             if isinstance(reply, Refused):
                 return reply, None
             if not hold.held:  # lent for a compile and not taken back: the comparison is device work too
                 hold.acquire()
-            if not overlap:  # one after the other, for less memory (fitness.judge.memory_plan): the worker's
-                self.channel.let_go()  # outputs go first, then the reference runs
+            if not overlap and against is None:  # one after the other, for less memory (fitness.judge.memory_plan):
+                self.channel.let_go()  # the worker's outputs go first, then the reference runs
                 reference()
+            if keep is not None:
+                keep.extend(outputs)
             with self._timed("compare"):  # inside the hold: never in another evaluation's timed window
                 return reply, compare(outputs, refs, probe.cutoff if probe is not None else self.cutoff)
 
@@ -247,16 +252,27 @@ class Evaluator(contextlib.AbstractContextManager):
                 seeds = fresh or [self.settings.fixed_seeds[0]]
             else:
                 seeds = [*self.settings.fixed_seeds, *([] if probing else fresh)]
-            for seed in seeds:
-                reply, verdict = self._checked_call(variant, seed)
-                if isinstance(reply, Refused):  # a crash, say: where it happened, and at what size
-                    return _refused(reply, refused_at(variant, self.main), base)
-                where = inputs_at(variant, self.main, seed in self.settings.fixed_seeds)
-                if verdict.status != "accepted":
-                    return EvalResult(Status(verdict.status), f"{where}: {verdict.reason}",
-                                      max_abs_diff=verdict.max_abs_diff, checks=checks, **base)
-                checks += 1
-                worst = max(worst, verdict.max_abs_diff)
+            for k, seed in enumerate(seeds):
+                # Run twice: the main shapes' first inputs are run again at once, memory poisoned between as
+                # before every call, and the two outputs must agree within the cutoff (the second is judged
+                # against the first: no reference). A kernel whose answer is whatever memory it never wrote
+                # happened to hold (the last answer, say) disagrees with itself.
+                first: list | None = [] if variant is self.main and k == 0 else None
+                for again in ([None, first] if first is not None else [None]):
+                    reply, verdict = self._checked_call(variant, seed, keep=first if again is None else None,
+                                                        against=again)
+                    if isinstance(reply, Refused):  # a crash, say: where it happened, and at what size
+                        return _refused(reply, refused_at(variant, self.main), base)
+                    where = inputs_at(variant, self.main, seed in self.settings.fixed_seeds)
+                    if again is not None:
+                        where += ", run twice: the second run against the first"
+                    if verdict.status != "accepted":
+                        return EvalResult(Status(verdict.status), f"{where}: {verdict.reason}",
+                                          max_abs_diff=verdict.max_abs_diff, checks=checks, **base)
+                    checks += 1
+                    if again is None:  # the difference between the two runs is not one from the reference
+                        worst = max(worst, verdict.max_abs_diff)
+                first = None  # its outputs go before the next inputs are drawn
             if probing:
                 refused = self._probe(base, checks, fresh)
                 if refused is not None:

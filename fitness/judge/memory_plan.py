@@ -17,9 +17,15 @@ through these phases, the worker (``fitness.worker``) and the evaluator
 - ``hand-over``: the worker has dropped its inputs; the evaluator copies
   its outputs (worker O + P, the copy O, and with ``overlap`` the
   reference's O computed meanwhile).
+- ``drawing inputs``: new inputs that landed where the last ones lay are held
+  while they are drawn again elsewhere (``fitness.worker.timed_step.apart``):
+  2 I + P in the worker, beside the reference with ``overlap``.
+- ``run twice`` (the main shapes): the first inputs are run again and judged
+  against the first run's outputs, which the evaluator keeps meanwhile (no
+  reference): the call and one O, then its hand-over, P + 3 O.
 - ``timed run``: one timed run in the worker (I + W + O + S + P), besides
   the runs' outputs set aside to judge after the window (``k`` x O,
-  ``fitness.judge.window_judge``).
+  ``fitness.judge.window_judge``); its inputs drawn, 2 I + P beside them.
 - ``judging a timed run``: a checked timed run's outputs handed over (the
   worker has dropped that run's inputs: O + P), the evaluator's copy and
   the reference on the same inputs (O + I + O + S), besides ``k`` x O.
@@ -70,10 +76,12 @@ class Variant:
         checked = {
             "checked call": candidate + reference if overlap else max(candidate, p + o + reference),
             "hand-over": p + (3 if overlap else 2) * o,
+            "drawing inputs": 2 * i + p + (reference if overlap else 0),
         }
         if not timed:
             return checked
-        return {**checked, "timed run": candidate + kept, "judging a timed run": p + o + o + reference + kept}
+        return {**checked, "run twice": max(candidate + o, p + 3 * o),
+                "timed run": max(candidate, 2 * i + p) + kept, "judging a timed run": p + o + o + reference + kept}
 
     def footprint(self, overlap: bool, timed: bool = True) -> int:
         """The largest phase (bytes)."""

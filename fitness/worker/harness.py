@@ -43,7 +43,7 @@ from fitness.worker.instrument import (Watch, instrument_autotuners, instrument_
                                        instrument_threads, same_hooks, triton_hooks, watched_objects)
 from fitness.worker.load_step import build_candidate, import_candidate, warm
 from fitness.worker.loan import CompileLoan
-from fitness.worker.timed_step import TimedWindow
+from fitness.worker.timed_step import TimedWindow, addresses, apart
 from fitness.worker.trace import INIT_OPS, UNRECORDED, host_violations
 from platforms import TimingSettings, get_platform, time_runs
 
@@ -66,6 +66,8 @@ class Harness:
         self.platform.warm_up()  # before the instruments: kevo's own compile, lending no lane
         self.trace_cls = ComputeTrace
         self.launches = 0
+        self.run_launches = 0  # the last forward's
+        self.input_addresses: set[int] = set()  # where the last inputs drawn lay (fitness.worker.timed_step.apart)
         self.compile_s = 0.0  # seconds Triton compiled in this step (fitness.worker.instrument)
         self.trace: Any = None
         self.dry = False  # a warm step: launches compile, nothing runs (fitness.worker.load_step.warm)
@@ -192,7 +194,8 @@ class Harness:
             trace, self.trace = self.trace, None
         if trace is not None and trace.violations:
             raise Refusal(Status.FORBIDDEN, forbidden_reason(trace.violations))
-        if self.launches == launches_before:
+        self.run_launches = self.launches - launches_before
+        if self.run_launches == 0:
             raise Refusal(Status.FORBIDDEN, "forward launched no Triton kernel")
         return outputs
 
@@ -218,11 +221,17 @@ class Harness:
                 return j
         return None
 
+    def _inputs(self, seed: int, probe: Probe | None = None) -> list:
+        """The inputs drawn from ``seed``, at addresses the last inputs drawn did not have."""
+        args = apart(lambda: make_inputs(self.problem, seed, self.device, probe), self.input_addresses)
+        self.input_addresses = addresses(args)
+        return args
+
     def call(self, seed: int, poison: list[int], probe: Probe | None = None) -> tuple[Outputs, list]:
         """Run forward once on the inputs drawn from ``seed`` (transformed by ``probe``, if
         given), witnessed before the call."""
         clock, marks = time.perf_counter, [time.perf_counter()]  # where the step's time goes, for breakdowns
-        args = make_inputs(self.problem, seed, self.device, probe)
+        args = self._inputs(seed, probe)
         self.platform.synchronize()  # the device's draw is the inputs' time, not the witness's
         marks.append(clock())
         witnesses = self._witnesses(args)
@@ -243,7 +252,7 @@ class Harness:
         end (``fitness.worker.timed_step``)."""
 
         def draw(seed: int) -> tuple[list, list]:
-            args = make_inputs(self.problem, seed, self.device)
+            args = self._inputs(seed)
             witnesses = self._witnesses(args)
             self.platform.poison_memory(poison)
             return args, witnesses
@@ -255,7 +264,8 @@ class Harness:
         recorded = settings.device_trace and self.platform.has_device_trace
         steps = TimedWindow(base_seed, check_seed, checks, draw,
                             lambda args, i: self._run(args, profile=False, traced=i < 0 or not recorded),
-                            self._changed, lambda i, seed, outputs: self._hand_over(i, seed, self._outputs(outputs)))
+                            self._changed, lambda i, seed, outputs: self._hand_over(i, seed, self._outputs(outputs)),
+                            lambda: self.run_launches)
         run, prepare, finish, window = steps.run, steps.prepare, steps.finish, steps.window  # time_runs' callbacks
         collecting = gc.isenabled()
         gc.disable()  # a collection inside a timed run would be charged to the candidate
@@ -270,6 +280,10 @@ class Harness:
             computed = host_violations(timing_result.host_ops)
             if computed:
                 raise Refusal(Status.FORBIDDEN, forbidden_reason(computed))
+        kept = self.platform.persisting_l2_bytes()
+        if kept:  # lines it marked persisting would stay in L2 through every flush
+            raise Refusal(Status.FORBIDDEN, f"the candidate set aside {kept} bytes of L2 for persisting lines",
+                          fatal=True)
         return steps.reply(timing_result), []
 
     def _hand_over(self, run: int, seed: int, outputs: list) -> None:

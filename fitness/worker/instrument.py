@@ -89,7 +89,7 @@ def watched_objects(torch, triton_jit, interpreter, platform) -> dict[str, tuple
     watched["torch.UntypedStorage.size"] = (torch.UntypedStorage, "size")
     # the platform's own methods: what the timer asks of it, and the checks and hand-over
     for attr in ("synchronize", "flush_cache", "events", "device_trace", "poison_memory",
-                 "export_tensor", "release_memory", "witness", "unchanged"):
+                 "export_tensor", "release_memory", "witness", "unchanged", "persisting_l2_bytes"):
         watched[f"platform.{attr}"] = (type(platform), attr)
     return watched
 

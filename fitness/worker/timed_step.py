@@ -9,8 +9,15 @@ the evaluator right after the run, outside the timed region, and the worker
 waits until the evaluator has judged them (``Harness._hand_over``): the worker
 never holds more than one run's outputs.
 
+Every run of the window, and every warm-up run after the first (which may still
+compile or autotune), must launch as many Triton kernels: a kernel that does the
+work of several runs in one and skips others (batch-and-skip), or that skips
+now and then and returns an old output, launches fewer on the runs it skips, and
+is refused on the first such run whether or not that run is checked.
+
 ``TimedWindow`` gives ``platforms``' timing protocol its callbacks (``prepare``,
 ``run``, ``finish``, ``window``) and makes the step's reply (``protocol.Timed``).
+``apart`` keeps each draw's inputs off the previous draw's addresses.
 """
 
 from __future__ import annotations
@@ -31,14 +38,17 @@ class TimedWindow:
     ``draw(seed)``: the inputs drawn from ``seed`` and their witnesses, with the
     memory poisoned; ``forward(args, i)``: run ``i``'s guarded forward; ``changed(witnesses,
     args)``: the first input the candidate changed, or None; ``hand_over(run, seed,
-    outputs)``: send a checked run's outputs and wait for the evaluator's verdict.
+    outputs)``: send a checked run's outputs and wait for the evaluator's verdict; ``launched()``:
+    the Triton launches of the last forward.
     """
 
     def __init__(self, base_seed: int, check_seed: int, checks: int, draw: Callable[[int], tuple[list, list]],
                  forward: Callable[[list, int], Any], changed: Callable[[list, list], int | None],
-                 hand_over: Callable[[int, int, Any], None]) -> None:
+                 hand_over: Callable[[int, int, Any], None], launched: Callable[[], int] = lambda: 1) -> None:
         self.base_seed, self.checks = base_seed, checks
         self.draw, self.forward, self.changed, self.hand_over = draw, forward, changed, hand_over
+        self.launched = launched
+        self.launches: tuple[str, int] | None = None  # (the first run compared, its launches)
         self.rng = random.Random(check_seed)
         self.chosen: set[int] = set()  # the runs handed over
         self.witnesses: list = []  # of the current run's inputs
@@ -72,8 +82,10 @@ class TimedWindow:
         changed = self.changed(self.witnesses, args)
         self.witnesses = []
         if changed is not None:
-            where = f"timed run {i}" if i >= 0 else "a warm-up run"
+            where = where_of(i)
             raise Refusal(Status.MUTATED_INPUT, f"forward changed input {changed} in {where}")
+        if i != -1:  # the first warm-up run may still compile or autotune
+            self._same_launches(where_of(i), self.launched())
         t1 = self.clock()
         if i in self.chosen:
             if isinstance(args, list):
@@ -82,6 +94,14 @@ class TimedWindow:
         if i >= 0:
             self.phases["input check"] += t1 - t0
             self.phases["hand-over"] += self.clock() - t1
+
+    def _same_launches(self, where: str, n: int) -> None:
+        if self.launches is None:
+            self.launches = (where, n)
+        elif n != self.launches[1]:
+            first, m = self.launches
+            raise Refusal(Status.FORBIDDEN, f"{where} launched {n} Triton kernel(s), {first} {m}: every run of the "
+                                            "timing window must launch as many (a run that skips work launches fewer)")
 
     def reply(self, timing: Any) -> Timed:
         """The step's reply, from ``timing`` (a ``platforms.Timing``)."""
@@ -94,3 +114,30 @@ class TimedWindow:
             self.phases[f"trace: {part}"] = seconds
         return Timed(timing.runs_ms, timing.wall_ms, timing.overhead_ms, timing.device_ms, sorted(self.chosen),
                      self.phases)
+
+
+def where_of(i: int) -> str:
+    return f"timed run {i}" if i >= 0 else f"warm-up run {-i}"
+
+
+def addresses(args: list) -> set[int]:
+    """Where the tensors among ``args`` start (empty ones have no address)."""
+    return {x.data_ptr() for x in args if hasattr(x, "data_ptr") and x.numel() > 0}
+
+
+def apart(draw: Callable[[], list], previous: set[int]) -> list:
+    """``draw()``'s inputs, none of them where one of the ``previous`` draw's started.
+
+    The allocator hands a freed block out again, so fresh inputs tend to land where the
+    last ones were: a kernel that keys a cache on an input's address would take new
+    data for the last. A draw that lands there is held while the same inputs are drawn
+    again, which cannot take the held blocks; each draw held takes at least one of the
+    previous addresses, so ``len(previous)`` redraws at most (one, nearly always: the
+    memory plan counts two input sets while drawing, ``fitness.judge.memory_plan``).
+    """
+    held = []
+    args = draw()
+    while addresses(args) & previous:
+        held.append(args)
+        args = draw()
+    return args

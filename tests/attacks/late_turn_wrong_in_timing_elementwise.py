@@ -2,7 +2,7 @@
 # problem: elementwise
 # expected: wrong
 # timed_runs: 12
-# defence: outputs of timed runs drawn from the whole window and of the last run are checked, not only the first few
+# defence: audit at secretly drawn timed runs: outputs of runs drawn from the whole window with a secret seed, and of the last run, are checked, not only the first few
 import torch
 import torch.nn as nn
 import triton

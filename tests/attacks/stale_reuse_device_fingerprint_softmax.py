@@ -1,8 +1,8 @@
 # attack: recognises inputs it has seen before by their content, on the device (a 1-program kernel compares the first 16 values with a table of the last 64 fingerprints and leaves a flag), so fresh clones of earlier data - a timing loop, or timed runs that reuse the check seeds - count as "seen"; when seen, the softmax kernel writes nothing and the output is whatever torch.empty hands back - on a caching allocator timing one input, the previous (right) output
 # problem: softmax
-# expected: nan | wrong | accepted
-# note: every timed run now draws new inputs, so the trick never fires and the kernel runs honestly (accepted)
-# defence: NaN poisoning of output buffers and of the allocator's free memory before every call, timed calls included, and checking timed outputs (inputs rotating through several seeds also make the stale block hold another input's answer: wrong); no host read is involved, so banning .tolist/.item does not help
+# expected: wrong | nan
+# note: every timed run draws new inputs, so the trick never fires there; the main shapes' first inputs are run twice, and there it fires: torch.empty hands back poisoned memory (3.4e38 on the CPU, NaN on a GPU)
+# defence: run twice (the main shapes' first inputs again at once, judged against the first run: a kernel whose answer is whatever memory it left unwritten disagrees with itself), with NaN poisoning of output buffers and of the allocator's free memory before every call, timed calls included, and checking timed outputs (inputs rotating through several seeds also make the stale block hold another input's answer: wrong); no host read is involved, so banning .tolist/.item does not help
 import torch
 import torch.nn as nn
 import triton
