@@ -41,6 +41,7 @@ import glob
 import json
 import os
 import sys
+from collections.abc import Callable, Sequence
 
 #: The worker's environment variable that carries what was put in force (JSON).
 ENV = "KEVO_CONFINEMENT"
@@ -54,14 +55,17 @@ DEVICE_NODES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/uran
 # The worker's own files in /proc (this process keeps its pid through exec): the CUDA driver
 # writes one of them, and fails to start without it. Not the guard's to allow a library.
 _OWN_PROC = ("/proc/self",)
+# What of /proc stays shut to reads beside other processes' directories: the kernel's memory.
+_PROC_SHUT = ("kcore",)
 
 # Landlock (linux/landlock.h). The same system call numbers on x86_64 and aarch64.
 _CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446
 _CREATE_RULESET_VERSION = 1 << 0
 _RULE_PATH_BENEATH = 1
-_WRITE_FILE, _TRUNCATE = 1 << 1, 1 << 14
-# The rights that change the file system, with the ABI each came in. Reading and
-# executing (bits 0, 2, 3) are not handled, so they stay open; nor are device ioctls.
+_WRITE_FILE, _READ_FILE, _TRUNCATE = 1 << 1, 1 << 2, 1 << 14
+# The rights that change the file system, with the ABI each came in. Reading a file (bit 2)
+# is handled where the policy hides a directory; executing and listing a directory (bits 0, 3)
+# are not, so they stay open; nor are device ioctls.
 _WRITE_RIGHTS = {
     _WRITE_FILE: 1, 1 << 4: 1, 1 << 5: 1, 1 << 6: 1, 1 << 7: 1, 1 << 8: 1, 1 << 9: 1, 1 << 10: 1,
     1 << 11: 1, 1 << 12: 1,  # remove dir/file, make char/dir/reg/sock/fifo/block/sym
@@ -84,16 +88,20 @@ _X32_BIT = 0x40000000
 
 @dataclasses.dataclass(frozen=True)
 class Policy:
-    """What the worker may write: ``writable`` directories (and what is beneath them)."""
+    """What the worker may write: ``writable`` directories (and what is beneath them); and
+    what it may read: everything but the ``hidden`` directories, and beneath those only the
+    ``readable`` paths (and the writable ones). No hidden directory: reads stay open."""
 
     writable: tuple[str, ...]
+    hidden: tuple[str, ...] = ()
+    readable: tuple[str, ...] = ()
 
     def to_json(self) -> str:
-        return json.dumps({"writable": list(self.writable)})
+        return json.dumps(dataclasses.asdict(self))
 
     @classmethod
     def from_json(cls, text: str) -> "Policy":
-        return cls(tuple(json.loads(text)["writable"]))
+        return cls(**{name: tuple(paths) for name, paths in json.loads(text).items()})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,6 +140,51 @@ def device_nodes() -> tuple[str, ...]:
     return tuple(path for pattern in DEVICE_NODES for path in sorted(glob.glob(pattern)))
 
 
+def read_rules(hidden: Sequence[str], readable: Sequence[str],
+               entries: Callable[[str], list[str]] | None = None) -> list[str]:
+    """The paths that, each with what lies beneath it, are all a process may read when
+    everything is readable but the ``hidden`` directories, and beneath those only the
+    ``readable`` paths: each entry of every directory on the way down to a hidden one (not
+    the way itself; ``entries``: a directory's subdirectories and files, symbolic links left
+    out, as their targets have rules of their own), and the readable paths that are not a
+    hidden directory or above one. ``/`` is never hidden; a hidden directory beneath another
+    is hidden by it.
+
+    >>> tree = {"/": ["etc", "home", "usr"], "/home": ["me", "you"]}
+    >>> read_rules(["/home/me", "/home/me/work"], ["/home/me/.venv", "/home", "/usr/lib"], tree.get)
+    ['/etc', '/home/me/.venv', '/home/you', '/usr', '/usr/lib']
+    """
+    entries = entries or _entries
+    roots = {os.path.realpath(path) for path in hidden if path} - {"/"}
+    roots = {root for root in roots if not any(_beneath(root, other) for other in roots - {root})}
+    ways = {"/" + "/".join(parts[:i]) for root in roots for parts in [root.strip("/").split("/")]
+            for i in range(len(parts))}
+    rules = {os.path.join(way, name) for way in ways for name in entries(way) or ()} - ways - roots
+    rules |= {path for path in map(os.path.realpath, readable)
+              if not any(root == path or _beneath(root, path) for root in roots)}
+    return sorted(rules)
+
+
+def _beneath(path: str, root: str) -> bool:
+    return path.startswith(root.rstrip("/") + "/")
+
+
+def _entries(directory: str) -> list[str]:
+    """The subdirectories and regular files of ``directory`` (no links, sockets or devices)."""
+    try:
+        with os.scandir(directory) as found:
+            return [e.name for e in found if e.is_dir(follow_symlinks=False) or e.is_file(follow_symlinks=False)]
+    except OSError:
+        return []
+
+
+def _proc_readable() -> list[str]:
+    """This process's own directory in /proc, and every entry there that is not another
+    process's (cpuinfo, meminfo, stat, sys, driver, ...) but ``_PROC_SHUT``."""
+    names = [name for name in _entries("/proc") if not name.isdigit() and name not in _PROC_SHUT]
+    return [f"/proc/{os.getpid()}", *(f"/proc/{name}" for name in names)]
+
+
 def in_force() -> Confinement:
     """What ``apply`` put in force for this process (read from ``ENV``); for a process
     started some other way, none (and no paths)."""
@@ -162,7 +215,16 @@ def apply(policy: Policy) -> Confinement:
         in_force.append(network)
     else:
         missing.append(f"network isolation unavailable: {why}")
-    why = _landlock(libc, policy.writable, nodes)
+    reads = None
+    if policy.hidden:
+        reads = read_rules(policy.hidden, (*policy.readable, *policy.writable, *nodes, *_proc_readable()))
+    why = _landlock(libc, policy.writable, nodes, reads)
+    if why and reads is not None:  # the reads' part refused: writes alone
+        why_reads, why = why, _landlock(libc, policy.writable, nodes, None)
+        if not why:
+            missing.append(f"reads open: {why_reads}")
+    elif not why and reads is None:
+        missing.append("reads open: the policy hides no directory")
     if why:
         missing.append(f"landlock unavailable: {why}")
     else:
@@ -257,14 +319,17 @@ def landlock_abi() -> int:
     return max(0, int(libc.syscall(_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION))))
 
 
-def _landlock(libc: ctypes.CDLL, dirs: tuple[str, ...], nodes: tuple[str, ...]) -> str:
-    """Restrict writes to ``dirs`` and ``nodes``; '' once in force, else why not."""
+def _landlock(libc: ctypes.CDLL, dirs: tuple[str, ...], nodes: tuple[str, ...], reads: list[str] | None) -> str:
+    """Restrict writes to ``dirs`` and ``nodes``, and, unless ``reads`` is None, reading files
+    to what lies beneath ``reads``; '' once in force, else why not. The paths in /proc are
+    held open (and so are their inodes: procfs makes a new one for each new look-up)."""
     abi = libc.syscall(_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION))
     if abi < 0:
         return f"the kernel offers none ({_last_error()})"
     if abi < 2:
         return f"ABI {abi} cannot let a file move between directories, as Triton's cache does"
-    handled = sum(right for right, since in _WRITE_RIGHTS.items() if abi >= since)
+    writes = sum(right for right, since in _WRITE_RIGHTS.items() if abi >= since)
+    handled = writes | (_READ_FILE if reads is not None else 0)
     attr = _RulesetAttr(handled, _NET_TCP if abi >= 4 else 0, _SCOPES if abi >= 6 else 0)
     ruleset = libc.syscall(_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)),
                            ctypes.c_uint32(0))
@@ -272,18 +337,20 @@ def _landlock(libc: ctypes.CDLL, dirs: tuple[str, ...], nodes: tuple[str, ...]) 
         return f"landlock_create_ruleset: {_last_error()}"
     try:
         file_rights = _WRITE_FILE | _TRUNCATE  # all a device node takes
-        rules = [(path, handled) for path in dirs] + [(path, file_rights) for path in (*nodes, *_OWN_PROC)]
+        rules = [(path, writes) for path in dirs] + [(path, file_rights) for path in (*nodes, *_OWN_PROC)]
+        rules += [(path, _READ_FILE) for path in reads or ()]
         for path, rights in rules:
             try:
-                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-            except FileNotFoundError:
-                continue  # a cache never made, a device this machine lacks
+                fd = os.open(path, os.O_PATH | (0 if path.startswith("/proc/") else os.O_CLOEXEC))
+            except (FileNotFoundError, PermissionError):
+                continue  # a cache never made, a device this machine lacks, a file not ours
             try:
                 rule = _PathBeneathAttr(rights & handled, fd)
                 if libc.syscall(_ADD_RULE, ruleset, _RULE_PATH_BENEATH, ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
                     return f"landlock_add_rule({path}): {_last_error()}"
             finally:
-                os.close(fd)
+                if not path.startswith("/proc/"):
+                    os.close(fd)
         if libc.syscall(_RESTRICT_SELF, ruleset, ctypes.c_uint32(0)) != 0:
             return f"landlock_restrict_self: {_last_error()}"
     finally:

@@ -18,12 +18,14 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import pwd
 import re
 import secrets
 import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 import weakref
@@ -32,20 +34,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 from fitness.boundary import confine, wire
+from fitness.boundary.keys import without_secrets
 
 log = logging.getLogger(__name__)
 
-# Environment variables whose names say they hold a secret never reach a worker.
-_SECRET_NAME = re.compile(
-    r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE|SIGNATURE)",
-    re.IGNORECASE,
-)
-_SECRET_PREFIXES = (
-    "OPENAI_", "ANTHROPIC_", "AZURE_", "AWS_", "GOOGLE_", "GEMINI_", "VERTEX", "COHERE_",
-    "MISTRAL_", "GROQ_", "TOGETHER", "HF_", "HUGGING", "LITELLM_", "DEEPSEEK_", "XAI_",
-    "OPENROUTER_", "FIREWORKS_", "REPLICATE_", "WANDB_", "GITHUB_", "GH_", "SSH_", "GPG_",
-)
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder that holds fitness/
+# The packages of kevo a worker imports (tests/test_architecture.py pins its modules): all it may read of the checkout.
+_WORKER_PACKAGES = ("fitness", "platforms")
 # kevo's temporary folders, named after the process that owns them: a worker's kevo-worker-<owner pid>-<random>
 # and kevo-spill-<owner pid>-<random>, a capture's kevo-capture-<owner pid>-<random> (evolve.seeding.apart),
 # a profile's kevo-profile-<pid>-, kevo-ncu-<pid>- and kevo-rocprof-<pid>- (fitness.profiling.candidate,
@@ -62,16 +57,36 @@ def worker_environment(base: dict[str, str], extra: dict[str, str]) -> dict[str,
     >>> sorted(env)
     ['PATH', 'PYTHONPATH', 'PYTHONUNBUFFERED']
     """
-    env = {
-        name: value
-        for name, value in base.items()
-        if not _SECRET_NAME.search(name) and not name.upper().startswith(_SECRET_PREFIXES)
-    }
+    env = without_secrets(base)
     env.update(extra)
     path = env.get("PYTHONPATH", "")
     env["PYTHONPATH"] = _PACKAGE_ROOT + (os.pathsep + path if path else "")
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
+
+
+def worker_policy(scratch: str, spill: str, env: dict[str, str]) -> confine.Policy:
+    """What a worker started with ``env`` may write and read (``fitness.boundary.confine``): it
+    writes its ``scratch`` and ``spill`` directories and the compile caches; it reads all but
+    /proc (there only its own files and the system's), /dev (only the nodes it opens), the
+    user's home, kevo's checkout and this process's working directory, and beneath those
+    only Python and its libraries, the packages of kevo it imports and what it writes."""
+    writable = confine.writable_dirs(scratch, spill, env)
+    homes = (env.get("HOME", ""), os.path.expanduser("~"), pwd.getpwuid(os.getuid()).pw_dir)
+    hidden = ("/proc", "/dev", *homes, _PACKAGE_ROOT, os.getcwd())
+    kevo = tuple(os.path.join(_PACKAGE_ROOT, name) for name in _WORKER_PACKAGES)
+    return confine.Policy(writable, tuple(dict.fromkeys(hidden)), (*_python_dirs(), *kevo, *writable))
+
+
+def _python_dirs() -> tuple[str, ...]:
+    """Where this interpreter and its libraries live: its prefixes, its install paths, and the
+    directories on ``sys.path`` but those in kevo's checkout or the working directory (a script's
+    folder, a test's). A worker's ``sys.path`` is the same but for kevo's checkout."""
+    own = (_PACKAGE_ROOT, os.path.realpath(os.getcwd()))
+    paths = [p for p in sys.path if p and os.path.isdir(p)
+             and not any(os.path.commonpath([os.path.realpath(p), d]) == d for d in own)]
+    return (sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix,
+            os.path.dirname(os.path.realpath(sys.executable)), *sysconfig.get_paths().values(), *paths)
 
 
 def _spill_root() -> str | None:
@@ -166,7 +181,7 @@ class WorkerProcess:
         env = worker_environment(dict(os.environ), env_extra)
         # its temporary files in its scratch directory; no bytecode written next to the libraries
         env.update(TMPDIR=self.workdir, PYTHONDONTWRITEBYTECODE="1")
-        policy = confine.Policy(confine.writable_dirs(self.workdir, self.spill_dir, env))
+        policy = worker_policy(self.workdir, self.spill_dir, env)
         for path in policy.writable[2:]:
             try:
                 os.makedirs(path, exist_ok=True)  # a cache the worker's toolchain would make
