@@ -147,7 +147,7 @@ def _say_confinement(in_force: str) -> None:
     """Once per process and kind: a worker confined less than fully says so."""
     if not in_force:
         log.warning("the evaluation worker did not say what confines it")
-    elif "unavailable" in in_force or in_force.startswith(("guard only", "none")):
+    elif "unavailable" in in_force or "open:" in in_force or in_force.startswith(("guard only", "none")):
         log.warning("the evaluation worker runs with less confinement than kevo asks for: %s "
                     "(docs/EVALUATION.md, 'Confinement by the operating system')", in_force)
     else:
