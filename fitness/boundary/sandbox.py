@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder that holds fitness/
 # The packages of kevo a worker imports (tests/test_architecture.py pins its modules): all it may read of the checkout.
 _WORKER_PACKAGES = ("fitness", "platforms")
+# Where the environment says the GPU toolchain is (a CUDA or ROCm install, ptxas, libcuda): read wherever it is.
+_TOOLCHAIN = ("CUDA_HOME", "CUDA_PATH", "ROCM_PATH", "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH", "TRITON_LIBDEVICE_PATH")
 # kevo's temporary folders, named after the process that owns them: a worker's kevo-worker-<owner pid>-<random>
 # and kevo-spill-<owner pid>-<random>, a capture's kevo-capture-<owner pid>-<random> (evolve.seeding.apart),
 # a profile's kevo-profile-<pid>-, kevo-ncu-<pid>- and kevo-rocprof-<pid>- (fitness.profiling.candidate,
@@ -70,12 +72,15 @@ def worker_policy(scratch: str, spill: str, env: dict[str, str]) -> confine.Poli
     writes its ``scratch`` and ``spill`` directories and the compile caches; it reads all but
     /proc (there only its own files and the system's), /dev (only the nodes it opens), the
     user's home, kevo's checkout and this process's working directory, and beneath those
-    only Python and its libraries, the packages of kevo it imports and what it writes."""
+    only Python and its libraries, the GPU toolchain the environment names (``_TOOLCHAIN``,
+    ``LD_LIBRARY_PATH``), the packages of kevo it imports and what it writes."""
     writable = confine.writable_dirs(scratch, spill, env)
     homes = (env.get("HOME", ""), os.path.expanduser("~"), pwd.getpwuid(os.getuid()).pw_dir)
     hidden = ("/proc", "/dev", *homes, _PACKAGE_ROOT, os.getcwd())
     kevo = tuple(os.path.join(_PACKAGE_ROOT, name) for name in _WORKER_PACKAGES)
-    return confine.Policy(writable, tuple(dict.fromkeys(hidden)), (*_python_dirs(), *kevo, *writable))
+    toolchain = [env.get(name, "") for name in _TOOLCHAIN] + env.get("LD_LIBRARY_PATH", "").split(os.pathsep)
+    readable = (*_python_dirs(), *filter(None, toolchain), *kevo, *writable)
+    return confine.Policy(writable, tuple(dict.fromkeys(hidden)), readable)
 
 
 def _python_dirs() -> tuple[str, ...]:
