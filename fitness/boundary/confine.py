@@ -1,4 +1,5 @@
-"""The worker confined by the operating system: no network, writes only where it needs them.
+"""The worker confined by the operating system: no network, writes only where it needs them,
+reads nowhere a secret is kept.
 
 The runtime guard (``fitness.worker.guard``) watches Python. What a library does in C
 it does not see (``torch.save`` opens its file in C++), so the worker that runs
@@ -7,12 +8,21 @@ candidates also asks the kernel, once, before it imports anything:
 - **Writes** (Landlock, Linux 5.19 and later): only under the worker's scratch
   directory, its spill directory, the compile caches it needs (Triton's; torch
   inductor's, CUDA's where set or there), ``/dev/shm``, and the device nodes it
-  opens (``/dev/null`` and the like, the GPU drivers' nodes). **Reads and
-  execution stay open**: the worker reads each problem from wherever the user
-  keeps it (one worker serves several problems), and the toolchain (the C
-  compiler Triton builds its driver module with, the GPU driver) reads across
-  the system. From ABI 4 on, Landlock also refuses TCP connections, and from
-  ABI 6 on signals to processes outside the worker.
+  opens (``/dev/null`` and the like, the GPU drivers' nodes). From ABI 4 on,
+  Landlock also refuses TCP connections, and from ABI 6 on signals to processes
+  outside the worker.
+- **Reads** (Landlock, the same ABI): everywhere but the policy's hidden
+  directories, and beneath those only the paths it names (``read_rules``; the
+  sandbox hides the user's home, kevo's checkout, the evaluator's working directory,
+  ``/dev`` and ``/proc``, and names Python's directories, the GPU toolchain's, kevo's
+  packages the worker imports and what it writes). In ``/proc`` the worker reads its
+  own ``/proc/PID`` and what is no process's (``cpuinfo``, ``sys``, ``driver``, ...),
+  never another process's ``environ``, ``cmdline`` or ``mem``, nor ``kcore``; in
+  ``/dev`` the nodes it opens. The problem reaches the worker as text, so no problem
+  file need be read. Listing a directory and executing a file stay open (the names
+  are seen, not what the files hold). The programs the worker starts (Triton's
+  ``ptxas``, the C compiler) inherit the rules, and their own ``/proc/PID`` is
+  another process's: it is shut to them.
 - **Network**: a network namespace of its own (``unshare(CLONE_NEWNET)``, with
   a user namespace when not root), which has no interface but a loopback that
   is down. Where namespaces are refused, a seccomp filter refuses every socket
@@ -21,7 +31,8 @@ candidates also asks the kernel, once, before it imports anything:
 Each layer degrades on its own where the platform lacks it (an older kernel, a
 container without the system calls), and what was in force is said: the
 worker's ready message and every verdict carry ``Confinement.in_force``
-(``"landlock+netns"``, ``"netns (landlock unavailable: ...)"``, ...).
+(``"landlock+netns"``: writes and reads held; ``"landlock+netns (reads open: ...)"``:
+writes alone; ``"netns (landlock unavailable: ...)"``: neither, ...).
 
 ``fitness.boundary.sandbox`` starts the worker as ``python -I fitness/boundary/confine.py POLICY --
 python -m fitness.worker ...``: this file runs as a script (nothing of kevo,
