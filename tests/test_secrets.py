@@ -133,6 +133,20 @@ def test_a_candidate_s_library_code_cannot_read_the_key_by_any_path_it_names(pla
     assert "refused" not in got["/proc/self/environ"] and "refused" not in got["/proc/thread-self/environ"]
 
 
+def test_a_worker_s_policy_hides_the_home_the_checkout_proc_and_dev_but_what_it_needs(tmp_path):
+    from fitness.boundary.sandbox import worker_policy
+
+    scratch, home = tmp_path / "kevo-worker-1-a", tmp_path / "home"
+    scratch.mkdir()
+    policy = worker_policy(str(scratch), "/dev/shm", {"HOME": str(home), "CUDA_HOME": str(home / "cuda")})
+    assert {"/proc", "/dev", str(home), str(ROOT), os.getcwd()} <= set(policy.hidden)
+    rules = confine.read_rules(policy.hidden, policy.readable)
+    assert str(home / "cuda") in rules and str(scratch) in rules and "/dev/shm" in rules
+    checkout = [rule for rule in rules if rule == str(ROOT) or rule.startswith(str(ROOT) + "/")]
+    assert checkout == [str(ROOT / "fitness"), str(ROOT / "platforms")], checkout
+    assert not any(rule.startswith("/proc/") for rule in rules)  # confine adds the worker's own, when it runs
+
+
 def test_with_reads_open_the_same_attack_finds_the_key(planted):
     key, _, named = planted
     output, got = attack(planted, "open")

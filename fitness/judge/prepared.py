@@ -71,8 +71,7 @@ class PreparedProblem:
         self.reference_path = Path(reference).resolve()
         if not self.reference_path.is_file():
             raise ProblemError(f"reference file not found: {self.reference_path}")
-        # read once: the worker builds the problem from this text (it reads no problem file), and so does this side
-        self.reference_source = self.reference_path.read_text(encoding="utf-8")
+        self.reference_source = self.reference_path.read_text(encoding="utf-8")  # both sides build from it
         why = platform.cannot_run_kernels()
         if why:
             raise PlatformUnavailable(f"platform {platform.name!r}: {why}")

@@ -47,7 +47,6 @@ class ShapeKnob:
 
 
 def _parse(path: Path, source: str | None = None) -> tuple[str, ast.Module]:
-    """The problem file's text (``source``, or read from ``path``) and its syntax tree."""
     try:
         source = path.read_text(encoding="utf-8") if source is None else source
     except OSError as exc:
@@ -161,12 +160,10 @@ def _computed(tree: ast.Module, name: str) -> str | None:
 
 def load_problem(path: str | Path, shapes: dict[str, int] | None = None, dtype: str | None = None,
                  source: str | None = None) -> Problem:
-    """Build the problem module at ``path`` with ``shapes`` overriding its knobs. With
-    ``source``, that is the file's text and the file is not read (the worker reads no
-    problem file: the evaluator sends it the text); ``path`` still names the module.
-
-    With ``dtype``, the floating-point inputs and the model's floating-point
-    parameters and buffers are cast to it (``make_inputs``, ``build_model``).
+    """Build the problem module at ``path`` (from its text ``source`` if given: the worker
+    reads no problem file) with ``shapes`` overriding its knobs. With ``dtype``, the
+    floating-point inputs and the model's floating-point parameters and buffers are cast
+    to it (``make_inputs``, ``build_model``).
 
     >>> p = load_problem("problems/softmax/reference.py", {"batch_size": 4, "dim": 100})
     >>> p.module.dim
