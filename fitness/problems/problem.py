@@ -160,10 +160,9 @@ def _computed(tree: ast.Module, name: str) -> str | None:
 
 def load_problem(path: str | Path, shapes: dict[str, int] | None = None, dtype: str | None = None,
                  source: str | None = None) -> Problem:
-    """Build the problem module at ``path`` (from its text ``source`` if given: the worker
-    reads no problem file) with ``shapes`` overriding its knobs. With ``dtype``, the
-    floating-point inputs and the model's floating-point parameters and buffers are cast
-    to it (``make_inputs``, ``build_model``).
+    """Build the problem module at ``path`` (from its text ``source`` if given: the worker reads no problem
+    file) with ``shapes`` overriding its knobs. With ``dtype``, the floating-point inputs and the model's
+    floating-point parameters and buffers are cast to it (``make_inputs``, ``build_model``).
 
     >>> p = load_problem("problems/softmax/reference.py", {"batch_size": 4, "dim": 100})
     >>> p.module.dim
