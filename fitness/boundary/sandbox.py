@@ -75,8 +75,11 @@ def worker_policy(scratch: str, spill: str, env: dict[str, str]) -> confine.Poli
     only Python and its libraries, the GPU toolchain the environment names (``_TOOLCHAIN``,
     ``LD_LIBRARY_PATH``), the packages of kevo it imports and what it writes."""
     writable = confine.writable_dirs(scratch, spill, env)
-    homes = (env.get("HOME", ""), os.path.expanduser("~"), pwd.getpwuid(os.getuid()).pw_dir)
-    hidden = ("/proc", "/dev", *homes, _PACKAGE_ROOT, os.getcwd())
+    try:
+        account = pwd.getpwuid(os.getuid()).pw_dir
+    except KeyError:  # a user id with no account (a container's)
+        account = ""
+    hidden = ("/proc", "/dev", env.get("HOME", ""), os.path.expanduser("~"), account, _PACKAGE_ROOT, os.getcwd())
     kevo = tuple(os.path.join(_PACKAGE_ROOT, name) for name in _WORKER_PACKAGES)
     toolchain = [env.get(name, "") for name in _TOOLCHAIN] + env.get("LD_LIBRARY_PATH", "").split(os.pathsep)
     readable = (*_python_dirs(), *filter(None, toolchain), *kevo, *writable)
