@@ -296,8 +296,8 @@ def test_a_warm_step_s_compiles_are_under_the_compile_budget():
     from fitness.settings import EvalSettings
     from tests.test_lane import SlowCompiler
 
-    step = Warm("src", "/p.py", [{"dim": 4}], 7)
-    assert getattr(step, "lend", False) is True and getattr(Load("src", "/p.py", {}, 7), "lend", False) is False
+    step = Warm("src", "/p.py", "", [{"dim": 4}], 7)
+    assert getattr(step, "lend", False) is True and getattr(Load("src", "/p.py", "", {}, 7), "lend", False) is False
     assert "lend" not in step.to_wire()  # not on the wire: a warm step always lends
 
     channel = WorkerChannel(types.SimpleNamespace(synchronize=lambda: None, name="cuda"),

@@ -24,9 +24,9 @@ TIMED = Timed([1.0, 2.0, 1.5], [1.2, 2.1, 1.6], 0.01, None, [0, 2], {"prepare": 
 
 # Each step with a reply of each kind it may get.
 EXCHANGES = [
-    (Warm("src", "/p.py", [{"dim": 4}, {"dim": 9}], 7, "float16"),
+    (Warm("src", "/p.py", "x = 1", [{"dim": 4}, {"dim": 9}], 7, "float16"),
      [Warmed(1), Warmed(0, compile_s=0.5), Compiling(), Compiled(), Refused(Status.FORBIDDEN, "z", fatal=True)]),
-    (Load("src", "/p.py", {"dim": 4}, 7, None, lend=True), [Ok(), Compiling(), Compiled(), Refused(Status.WRONG, "x")]),
+    (Load("src", "/p.py", "x = 1", {"dim": 4}, 7, None, lend=True), [Ok(), Compiling(), Compiled(), Refused(Status.WRONG, "x")]),
     (Call(3, [16, 8], Probe(signs=True, factor=150.0), lend=True),
      [Outputs(), Outputs(compile_s=1.25), Compiling(), Compiled()]),
     (Time(1, 2, 3, [16], {"warmup_ms": 0.0, "min_runs": 3, "device_trace": True}),
@@ -55,14 +55,14 @@ def _timed(**changes) -> dict:
 
 
 @pytest.mark.parametrize("step, data, tensors", [
-    (Load("s", "p", {}, 0), [], []),  # not an object
-    (Load("s", "p", {}, 0), {"ok": False, "status": "accepted", "reason": "", "fatal": False, "harness": False}, []),
-    (Load("s", "p", {}, 0), {"ok": False, "status": "internal_error ", "reason": "", "fatal": False,
+    (Load("s", "p", "", {}, 0), [], []),  # not an object
+    (Load("s", "p", "", {}, 0), {"ok": False, "status": "accepted", "reason": "", "fatal": False, "harness": False}, []),
+    (Load("s", "p", "", {}, 0), {"ok": False, "status": "internal_error ", "reason": "", "fatal": False,
                              "harness": False}, []),
-    (Load("s", "p", {}, 0), {"ok": 1}, []),  # 1 is not true
-    (Load("s", "p", {}, 0), {"ok": True, "extra": 1}, []),
-    (Load("s", "p", {}, 0), {"ok": True}, [object()]),  # tensors with a load
-    (Load("s", "p", {}, 0, lend=False), {"ok": True, "interim": "compiling"}, []),  # no loan in this step
+    (Load("s", "p", "", {}, 0), {"ok": 1}, []),  # 1 is not true
+    (Load("s", "p", "", {}, 0), {"ok": True, "extra": 1}, []),
+    (Load("s", "p", "", {}, 0), {"ok": True}, [object()]),  # tensors with a load
+    (Load("s", "p", "", {}, 0, lend=False), {"ok": True, "interim": "compiling"}, []),  # no loan in this step
     (Call(0, []), {"ok": True, "interim": ["compiling"]}, []),
     (Call(0, [], lend=True), {"ok": True, "interim": "timed_run", "run": 0, "seed": 0}, []),
     (Call(0, []), {"ok": False, "status": "wrong", "reason": "x" * (MAX_REASON + 1), "fatal": False,

@@ -88,6 +88,32 @@ def test_local_ray_connects_to_loopback_only(tmp_path):
         line for line in inet if not any(a in line for a in LOOPBACK))
 
 
+KEYLESS = textwrap.dedent("""
+    import os
+    from evolve.dispatch.ray import start_ray
+    start_ray(num_cpus=1)
+    import ray
+
+    @ray.remote(num_cpus=1)
+    def held():
+        with open("/proc/self/environ", "rb") as f:
+            return repr(dict(os.environ)) + repr(f.read()) + repr(ray.get_runtime_context().get())
+
+    print(os.environ["OPENAI_API_KEY"] in ray.get(held.remote(), timeout=60), os.environ["OPENAI_API_KEY"])
+    ray.shutdown()
+""")
+
+
+def test_a_local_ray_s_actors_hold_no_key_and_the_driver_keeps_it():
+    """The evaluators run in Ray's actors: started by kevo, Ray hands them no secret-looking
+    variable (fitness.boundary.keys), in their environment or the one they were started with."""
+    key = f"sk-kevo-test-{os.urandom(8).hex()}"
+    done = subprocess.run([sys.executable, "-c", KEYLESS], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "OPENAI_API_KEY": key}, timeout=WAIT_S)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == f"False {key}", done.stdout
+
+
 KEPT_SIGTERM = textwrap.dedent("""
     import signal
     from evolve.dispatch.ray import start_ray

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from fitness import CutoffError, ProblemError
+from fitness.boundary.keys import is_secret
 from platforms import PlatformUnavailable
 
 log = logging.getLogger(__name__)
@@ -100,7 +101,7 @@ def start_ray(address: str | None = None, num_cpus: int | None = None, num_gpus:
     try:
         # address "local": a new instance, even where RAY_ADDRESS or a cluster started on this
         # machine ('ray start', which leaves its address in Ray's temp folder) would be joined instead
-        with _sigterm_kept(), _sessions_of_their_own():
+        with _sigterm_kept(), _sessions_of_their_own(), _secrets_withheld():
             ray.init(address="local", num_cpus=num_cpus or os.cpu_count() or 1, num_gpus=num_gpus,
                      include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False)
         atexit.register(_remove_session, ray, _session_dir(ray))
@@ -109,6 +110,20 @@ def start_ray(address: str | None = None, num_cpus: int | None = None, num_gpus:
             del os.environ["HOME"]
         else:
             os.environ["HOME"] = home
+
+
+@contextlib.contextmanager
+def _secrets_withheld() -> Iterator[None]:
+    """The driver's environment without its secrets (``fitness.boundary.keys``; Ray's own
+    ``RAY_*`` settings stay) while the local instance starts: its processes hand their
+    environment down to the actors, the evaluators, and so none holds a provider's key. The
+    LLM client, in the driver, keeps them: they are back in ``os.environ`` after."""
+    withheld = {name: os.environ.pop(name) for name in list(os.environ)
+                if is_secret(name) and not name.startswith("RAY_")}
+    try:
+        yield
+    finally:
+        os.environ.update(withheld)
 
 
 @contextlib.contextmanager

@@ -1,4 +1,5 @@
-"""The worker confined by the operating system: no network, writes only where it needs them.
+"""The worker confined by the operating system: no network, writes only where it needs them,
+reads nowhere a secret is kept.
 
 The runtime guard (``fitness.worker.guard``) watches Python. What a library does in C
 it does not see (``torch.save`` opens its file in C++), so the worker that runs
@@ -7,12 +8,21 @@ candidates also asks the kernel, once, before it imports anything:
 - **Writes** (Landlock, Linux 5.19 and later): only under the worker's scratch
   directory, its spill directory, the compile caches it needs (Triton's; torch
   inductor's, CUDA's where set or there), ``/dev/shm``, and the device nodes it
-  opens (``/dev/null`` and the like, the GPU drivers' nodes). **Reads and
-  execution stay open**: the worker reads each problem from wherever the user
-  keeps it (one worker serves several problems), and the toolchain (the C
-  compiler Triton builds its driver module with, the GPU driver) reads across
-  the system. From ABI 4 on, Landlock also refuses TCP connections, and from
-  ABI 6 on signals to processes outside the worker.
+  opens (``/dev/null`` and the like, the GPU drivers' nodes). From ABI 4 on,
+  Landlock also refuses TCP connections, and from ABI 6 on signals to processes
+  outside the worker.
+- **Reads** (Landlock, the same ABI): everywhere but the policy's hidden
+  directories, and beneath those only the paths it names (``read_rules``; the
+  sandbox hides the user's home, kevo's checkout, the evaluator's working directory,
+  ``/dev`` and ``/proc``, and names Python's directories, the GPU toolchain's, kevo's
+  packages the worker imports and what it writes). In ``/proc`` the worker reads its
+  own ``/proc/PID`` and what is no process's (``cpuinfo``, ``sys``, ``driver``, ...),
+  never another process's ``environ``, ``cmdline`` or ``mem``, nor ``kcore``; in
+  ``/dev`` the nodes it opens. The problem reaches the worker as text, so no problem
+  file need be read. Listing a directory and executing a file stay open (the names
+  are seen, not what the files hold). The programs the worker starts (Triton's
+  ``ptxas``, the C compiler) inherit the rules, and their own ``/proc/PID`` is
+  another process's: it is shut to them.
 - **Network**: a network namespace of its own (``unshare(CLONE_NEWNET)``, with
   a user namespace when not root), which has no interface but a loopback that
   is down. Where namespaces are refused, a seccomp filter refuses every socket
@@ -21,7 +31,8 @@ candidates also asks the kernel, once, before it imports anything:
 Each layer degrades on its own where the platform lacks it (an older kernel, a
 container without the system calls), and what was in force is said: the
 worker's ready message and every verdict carry ``Confinement.in_force``
-(``"landlock+netns"``, ``"netns (landlock unavailable: ...)"``, ...).
+(``"landlock+netns"``: writes and reads held; ``"landlock+netns (reads open: ...)"``:
+writes alone; ``"netns (landlock unavailable: ...)"``: neither, ...).
 
 ``fitness.boundary.sandbox`` starts the worker as ``python -I fitness/boundary/confine.py POLICY --
 python -m fitness.worker ...``: this file runs as a script (nothing of kevo,
@@ -41,6 +52,7 @@ import glob
 import json
 import os
 import sys
+from collections.abc import Callable, Sequence
 
 #: The worker's environment variable that carries what was put in force (JSON).
 ENV = "KEVO_CONFINEMENT"
@@ -54,14 +66,17 @@ DEVICE_NODES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/uran
 # The worker's own files in /proc (this process keeps its pid through exec): the CUDA driver
 # writes one of them, and fails to start without it. Not the guard's to allow a library.
 _OWN_PROC = ("/proc/self",)
+# What of /proc stays shut to reads beside other processes' directories: the kernel's memory.
+_PROC_SHUT = ("kcore",)
 
 # Landlock (linux/landlock.h). The same system call numbers on x86_64 and aarch64.
 _CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446
 _CREATE_RULESET_VERSION = 1 << 0
 _RULE_PATH_BENEATH = 1
-_WRITE_FILE, _TRUNCATE = 1 << 1, 1 << 14
-# The rights that change the file system, with the ABI each came in. Reading and
-# executing (bits 0, 2, 3) are not handled, so they stay open; nor are device ioctls.
+_WRITE_FILE, _READ_FILE, _TRUNCATE = 1 << 1, 1 << 2, 1 << 14
+# The rights that change the file system, with the ABI each came in. Reading a file (bit 2)
+# is handled where the policy hides a directory; executing and listing a directory (bits 0, 3)
+# are not, so they stay open; nor are device ioctls.
 _WRITE_RIGHTS = {
     _WRITE_FILE: 1, 1 << 4: 1, 1 << 5: 1, 1 << 6: 1, 1 << 7: 1, 1 << 8: 1, 1 << 9: 1, 1 << 10: 1,
     1 << 11: 1, 1 << 12: 1,  # remove dir/file, make char/dir/reg/sock/fifo/block/sym
@@ -84,16 +99,20 @@ _X32_BIT = 0x40000000
 
 @dataclasses.dataclass(frozen=True)
 class Policy:
-    """What the worker may write: ``writable`` directories (and what is beneath them)."""
+    """What the worker may write: ``writable`` directories (and what is beneath them); and
+    what it may read: everything but the ``hidden`` directories, and beneath those only the
+    ``readable`` paths (and the writable ones). No hidden directory: reads stay open."""
 
     writable: tuple[str, ...]
+    hidden: tuple[str, ...] = ()
+    readable: tuple[str, ...] = ()
 
     def to_json(self) -> str:
-        return json.dumps({"writable": list(self.writable)})
+        return json.dumps(dataclasses.asdict(self))
 
     @classmethod
     def from_json(cls, text: str) -> "Policy":
-        return cls(tuple(json.loads(text)["writable"]))
+        return cls(**{name: tuple(paths) for name, paths in json.loads(text).items()})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,6 +151,51 @@ def device_nodes() -> tuple[str, ...]:
     return tuple(path for pattern in DEVICE_NODES for path in sorted(glob.glob(pattern)))
 
 
+def read_rules(hidden: Sequence[str], readable: Sequence[str],
+               entries: Callable[[str], list[str]] | None = None) -> list[str]:
+    """The paths that, each with what lies beneath it, are all a process may read when
+    everything is readable but the ``hidden`` directories, and beneath those only the
+    ``readable`` paths: each entry of every directory on the way down to a hidden one (not
+    the way itself; ``entries``: a directory's subdirectories and files, symbolic links left
+    out, as their targets have rules of their own), and the readable paths that are not a
+    hidden directory or above one. ``/`` is never hidden; a hidden directory beneath another
+    is hidden by it.
+
+    >>> tree = {"/": ["etc", "home", "usr"], "/home": ["me", "you"]}
+    >>> read_rules(["/home/me", "/home/me/work"], ["/home/me/.venv", "/home", "/usr/lib"], tree.get)
+    ['/etc', '/home/me/.venv', '/home/you', '/usr', '/usr/lib']
+    """
+    entries = entries or _entries
+    roots = {os.path.realpath(path) for path in hidden if path} - {"/"}
+    roots = {root for root in roots if not any(_beneath(root, other) for other in roots - {root})}
+    ways = {"/" + "/".join(parts[:i]) for root in roots for parts in [root.strip("/").split("/")]
+            for i in range(len(parts))}
+    rules = {os.path.join(way, name) for way in ways for name in entries(way) or ()} - ways - roots
+    rules |= {path for path in map(os.path.realpath, readable)
+              if not any(root == path or _beneath(root, path) for root in roots)}
+    return sorted(rules)
+
+
+def _beneath(path: str, root: str) -> bool:
+    return path.startswith(root.rstrip("/") + "/")
+
+
+def _entries(directory: str) -> list[str]:
+    """The subdirectories and regular files of ``directory`` (no links, sockets or devices)."""
+    try:
+        with os.scandir(directory) as found:
+            return [e.name for e in found if e.is_dir(follow_symlinks=False) or e.is_file(follow_symlinks=False)]
+    except OSError:
+        return []
+
+
+def _proc_readable() -> list[str]:
+    """This process's own directory in /proc, and every entry there that is not another
+    process's (cpuinfo, meminfo, stat, sys, driver, ...) but ``_PROC_SHUT``."""
+    names = [name for name in _entries("/proc") if not name.isdigit() and name not in _PROC_SHUT]
+    return [f"/proc/{os.getpid()}", *(f"/proc/{name}" for name in names)]
+
+
 def in_force() -> Confinement:
     """What ``apply`` put in force for this process (read from ``ENV``); for a process
     started some other way, none (and no paths)."""
@@ -162,7 +226,16 @@ def apply(policy: Policy) -> Confinement:
         in_force.append(network)
     else:
         missing.append(f"network isolation unavailable: {why}")
-    why = _landlock(libc, policy.writable, nodes)
+    reads = None
+    if policy.hidden:
+        reads = read_rules(policy.hidden, (*policy.readable, *policy.writable, *nodes, *_proc_readable()))
+    why = _landlock(libc, policy.writable, nodes, reads)
+    if why and reads is not None:  # the reads' part refused: writes alone
+        why_reads, why = why, _landlock(libc, policy.writable, nodes, None)
+        if not why:
+            missing.append(f"reads open: {why_reads}")
+    elif not why and reads is None:
+        missing.append("reads open: the policy hides no directory")
     if why:
         missing.append(f"landlock unavailable: {why}")
     else:
@@ -257,14 +330,17 @@ def landlock_abi() -> int:
     return max(0, int(libc.syscall(_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION))))
 
 
-def _landlock(libc: ctypes.CDLL, dirs: tuple[str, ...], nodes: tuple[str, ...]) -> str:
-    """Restrict writes to ``dirs`` and ``nodes``; '' once in force, else why not."""
+def _landlock(libc: ctypes.CDLL, dirs: tuple[str, ...], nodes: tuple[str, ...], reads: list[str] | None) -> str:
+    """Restrict writes to ``dirs`` and ``nodes``, and, unless ``reads`` is None, reading files
+    to what lies beneath ``reads``; '' once in force, else why not. The paths in /proc are
+    held open (and so are their inodes: procfs makes a new one for each new look-up)."""
     abi = libc.syscall(_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION))
     if abi < 0:
         return f"the kernel offers none ({_last_error()})"
     if abi < 2:
         return f"ABI {abi} cannot let a file move between directories, as Triton's cache does"
-    handled = sum(right for right, since in _WRITE_RIGHTS.items() if abi >= since)
+    writes = sum(right for right, since in _WRITE_RIGHTS.items() if abi >= since)
+    handled = writes | (_READ_FILE if reads is not None else 0)
     attr = _RulesetAttr(handled, _NET_TCP if abi >= 4 else 0, _SCOPES if abi >= 6 else 0)
     ruleset = libc.syscall(_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)),
                            ctypes.c_uint32(0))
@@ -272,18 +348,20 @@ def _landlock(libc: ctypes.CDLL, dirs: tuple[str, ...], nodes: tuple[str, ...]) 
         return f"landlock_create_ruleset: {_last_error()}"
     try:
         file_rights = _WRITE_FILE | _TRUNCATE  # all a device node takes
-        rules = [(path, handled) for path in dirs] + [(path, file_rights) for path in (*nodes, *_OWN_PROC)]
+        rules = [(path, writes) for path in dirs] + [(path, file_rights) for path in (*nodes, *_OWN_PROC)]
+        rules += [(path, _READ_FILE) for path in reads or ()]
         for path, rights in rules:
             try:
-                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
-            except FileNotFoundError:
-                continue  # a cache never made, a device this machine lacks
+                fd = os.open(path, os.O_PATH | (0 if path.startswith("/proc/") else os.O_CLOEXEC))
+            except (FileNotFoundError, PermissionError):
+                continue  # a cache never made, a device this machine lacks, a file not ours
             try:
                 rule = _PathBeneathAttr(rights & handled, fd)
                 if libc.syscall(_ADD_RULE, ruleset, _RULE_PATH_BENEATH, ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
                     return f"landlock_add_rule({path}): {_last_error()}"
             finally:
-                os.close(fd)
+                if not path.startswith("/proc/"):
+                    os.close(fd)
         if libc.syscall(_RESTRICT_SELF, ruleset, ctypes.c_uint32(0)) != 0:
             return f"landlock_restrict_self: {_last_error()}"
     finally:

@@ -222,6 +222,7 @@ class Warm(Step):
     DONE = Warmed
     source: str = field(text)
     problem: str = field(text)
+    problem_source: str = field(text)
     shapes: list[dict[str, int]] = field(list_of(dict_of(integer)))
     init_seed: int = field(integer)
     dtype: str | None = field(optional(text), default=None)
@@ -238,13 +239,15 @@ class Warm(Step):
 @message
 class Load(Step):
     """Import the candidate (once per source) and build its ModelNew at ``shapes``
-    (``problem``: the reference file; ``dtype``: the problem's own dtypes if None;
+    (``problem``: the reference file's path, ``problem_source``: its text, which the worker
+    builds the problem from without reading the file; ``dtype``: the problem's own dtypes if None;
     ``lend``: the worker may lend the lane out while Triton compiles)."""
 
     KIND = "load"
     HEAD = {"step": KIND}
     source: str = field(text)
     problem: str = field(text)
+    problem_source: str = field(text)
     shapes: dict[str, int] = field(dict_of(integer))
     init_seed: int = field(integer)
     dtype: str | None = field(optional(text), default=None)

@@ -18,12 +18,14 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import pwd
 import re
 import secrets
 import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 import weakref
@@ -32,20 +34,15 @@ from pathlib import Path
 from typing import Any, Callable
 
 from fitness.boundary import confine, wire
+from fitness.boundary.keys import without_secrets
 
 log = logging.getLogger(__name__)
 
-# Environment variables whose names say they hold a secret never reach a worker.
-_SECRET_NAME = re.compile(
-    r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE|SIGNATURE)",
-    re.IGNORECASE,
-)
-_SECRET_PREFIXES = (
-    "OPENAI_", "ANTHROPIC_", "AZURE_", "AWS_", "GOOGLE_", "GEMINI_", "VERTEX", "COHERE_",
-    "MISTRAL_", "GROQ_", "TOGETHER", "HF_", "HUGGING", "LITELLM_", "DEEPSEEK_", "XAI_",
-    "OPENROUTER_", "FIREWORKS_", "REPLICATE_", "WANDB_", "GITHUB_", "GH_", "SSH_", "GPG_",
-)
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])  # the folder that holds fitness/
+# The packages of kevo a worker imports (tests/test_architecture.py pins its modules): all it may read of the checkout.
+_WORKER_PACKAGES = ("fitness", "platforms")
+# Where the environment says the GPU toolchain is (a CUDA or ROCm install, ptxas, libcuda): read wherever it is.
+_TOOLCHAIN = ("CUDA_HOME", "CUDA_PATH", "ROCM_PATH", "TRITON_PTXAS_PATH", "TRITON_LIBCUDA_PATH", "TRITON_LIBDEVICE_PATH")
 # kevo's temporary folders, named after the process that owns them: a worker's kevo-worker-<owner pid>-<random>
 # and kevo-spill-<owner pid>-<random>, a capture's kevo-capture-<owner pid>-<random> (evolve.seeding.apart),
 # a profile's kevo-profile-<pid>-, kevo-ncu-<pid>- and kevo-rocprof-<pid>- (fitness.profiling.candidate,
@@ -62,16 +59,42 @@ def worker_environment(base: dict[str, str], extra: dict[str, str]) -> dict[str,
     >>> sorted(env)
     ['PATH', 'PYTHONPATH', 'PYTHONUNBUFFERED']
     """
-    env = {
-        name: value
-        for name, value in base.items()
-        if not _SECRET_NAME.search(name) and not name.upper().startswith(_SECRET_PREFIXES)
-    }
+    env = without_secrets(base)
     env.update(extra)
     path = env.get("PYTHONPATH", "")
     env["PYTHONPATH"] = _PACKAGE_ROOT + (os.pathsep + path if path else "")
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
+
+
+def worker_policy(scratch: str, spill: str, env: dict[str, str]) -> confine.Policy:
+    """What a worker started with ``env`` may write and read (``fitness.boundary.confine``): it
+    writes its ``scratch`` and ``spill`` directories and the compile caches; it reads all but
+    /proc (there only its own files and the system's), /dev (only the nodes it opens), the
+    user's home, kevo's checkout and this process's working directory, and beneath those
+    only Python and its libraries, the GPU toolchain the environment names (``_TOOLCHAIN``,
+    ``LD_LIBRARY_PATH``), the packages of kevo it imports and what it writes."""
+    writable = confine.writable_dirs(scratch, spill, env)
+    try:
+        account = pwd.getpwuid(os.getuid()).pw_dir
+    except KeyError:  # a user id with no account (a container's)
+        account = ""
+    hidden = ("/proc", "/dev", env.get("HOME", ""), os.path.expanduser("~"), account, _PACKAGE_ROOT, os.getcwd())
+    kevo = tuple(os.path.join(_PACKAGE_ROOT, name) for name in _WORKER_PACKAGES)
+    toolchain = [env.get(name, "") for name in _TOOLCHAIN] + env.get("LD_LIBRARY_PATH", "").split(os.pathsep)
+    readable = (*_python_dirs(), *filter(None, toolchain), *kevo, *writable)
+    return confine.Policy(writable, tuple(dict.fromkeys(hidden)), readable)
+
+
+def _python_dirs() -> tuple[str, ...]:
+    """Where this interpreter and its libraries live: its prefixes, its install paths, and the
+    directories on ``sys.path`` but those in kevo's checkout or the working directory (a script's
+    folder, a test's). A worker's ``sys.path`` is the same but for kevo's checkout."""
+    own = (_PACKAGE_ROOT, os.path.realpath(os.getcwd()))
+    paths = [p for p in sys.path if p and os.path.isdir(p)
+             and not any(os.path.commonpath([os.path.realpath(p), d]) == d for d in own)]
+    return (sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix,
+            os.path.dirname(os.path.realpath(sys.executable)), *sysconfig.get_paths().values(), *paths)
 
 
 def _spill_root() -> str | None:
@@ -132,7 +155,7 @@ def _say_confinement(in_force: str) -> None:
     """Once per process and kind: a worker confined less than fully says so."""
     if not in_force:
         log.warning("the evaluation worker did not say what confines it")
-    elif "unavailable" in in_force or in_force.startswith(("guard only", "none")):
+    elif "unavailable" in in_force or "open:" in in_force or in_force.startswith(("guard only", "none")):
         log.warning("the evaluation worker runs with less confinement than kevo asks for: %s "
                     "(docs/EVALUATION.md, 'Confinement by the operating system')", in_force)
     else:
@@ -166,7 +189,7 @@ class WorkerProcess:
         env = worker_environment(dict(os.environ), env_extra)
         # its temporary files in its scratch directory; no bytecode written next to the libraries
         env.update(TMPDIR=self.workdir, PYTHONDONTWRITEBYTECODE="1")
-        policy = confine.Policy(confine.writable_dirs(self.workdir, self.spill_dir, env))
+        policy = worker_policy(self.workdir, self.spill_dir, env)
         for path in policy.writable[2:]:
             try:
                 os.makedirs(path, exist_ok=True)  # a cache the worker's toolchain would make

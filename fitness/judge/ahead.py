@@ -62,7 +62,8 @@ def compile_ahead(evaluator: Any, source: str) -> EvalResult | None:
     for variant in (prepared.main, *picked):
         if dict(variant.shapes) not in shapes:
             shapes.append(dict(variant.shapes))
-    step = Warm(source, str(prepared.reference_path), shapes, prepared.settings.init_seed, prepared.dtype)
+    step = Warm(source, str(prepared.reference_path), prepared.reference_source, shapes, prepared.settings.init_seed,
+                prepared.dtype)
     walls.clear()
     started = time.monotonic()
     verdict: EvalResult | None = None

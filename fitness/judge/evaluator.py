@@ -122,8 +122,8 @@ class Evaluator(contextlib.AbstractContextManager):
         """Load ``source`` in the worker at ``variant``'s shapes; the worker's reply."""
         self.channel.loaded = None
         self.platform.release_memory(keep_bytes=RELEASE_ABOVE)  # this cache's blocks fit no other sizes, nor the worker
-        step = Load(source, str(self.prepared.reference_path), variant.shapes, self.settings.init_seed,
-                    self.prepared.dtype, lend=True)
+        step = Load(source, str(self.prepared.reference_path), self.prepared.reference_source, variant.shapes,
+                    self.settings.init_seed, self.prepared.dtype, lend=True)
         with self._waiting("wait: lane", self.lane.shared()) as hold:
             reply, _ = self.channel.step(step, interim=self.channel.lending(hold))
         if not isinstance(reply, Refused):

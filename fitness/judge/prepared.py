@@ -71,6 +71,7 @@ class PreparedProblem:
         self.reference_path = Path(reference).resolve()
         if not self.reference_path.is_file():
             raise ProblemError(f"reference file not found: {self.reference_path}")
+        self.reference_source = self.reference_path.read_text(encoding="utf-8")  # both sides build from it
         why = platform.cannot_run_kernels()
         if why:
             raise PlatformUnavailable(f"platform {platform.name!r}: {why}")
@@ -186,7 +187,7 @@ class PreparedProblem:
     def _variant(self, shapes: dict[str, int], required: bool) -> Variant:
         import torch
 
-        problem = load_problem(self.reference_path, shapes, self.dtype)
+        problem = load_problem(self.reference_path, shapes, self.dtype, source=self.reference_source)
         model = build_model(problem.Model, problem, self.settings.init_seed, self.device)
         # Held-out shapes are checked on fresh inputs: one fixed set proves the reference works there.
         seeds = self.settings.fixed_seeds if required else self.settings.fixed_seeds[:1]

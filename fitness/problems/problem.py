@@ -46,9 +46,9 @@ class ShapeKnob:
     line: int
 
 
-def _parse(path: Path) -> tuple[str, ast.Module]:
+def _parse(path: Path, source: str | None = None) -> tuple[str, ast.Module]:
     try:
-        source = path.read_text(encoding="utf-8")
+        source = path.read_text(encoding="utf-8") if source is None else source
     except OSError as exc:
         raise ProblemError(f"cannot read problem file {path}: {exc.strerror}") from None
     try:
@@ -158,11 +158,11 @@ def _computed(tree: ast.Module, name: str) -> str | None:
     return None if value is None or isinstance(value, ast.Constant) else ast.unparse(value)
 
 
-def load_problem(path: str | Path, shapes: dict[str, int] | None = None, dtype: str | None = None) -> Problem:
-    """Build the problem module at ``path`` with ``shapes`` overriding its knobs.
-
-    With ``dtype``, the floating-point inputs and the model's floating-point
-    parameters and buffers are cast to it (``make_inputs``, ``build_model``).
+def load_problem(path: str | Path, shapes: dict[str, int] | None = None, dtype: str | None = None,
+                 source: str | None = None) -> Problem:
+    """Build the problem module at ``path`` (from its text ``source`` if given: the worker reads no problem
+    file) with ``shapes`` overriding its knobs. With ``dtype``, the floating-point inputs and the model's
+    floating-point parameters and buffers are cast to it (``make_inputs``, ``build_model``).
 
     >>> p = load_problem("problems/softmax/reference.py", {"batch_size": 4, "dim": 100})
     >>> p.module.dim
@@ -172,7 +172,7 @@ def load_problem(path: str | Path, shapes: dict[str, int] | None = None, dtype: 
     shapes = dict(shapes or {})
     if dtype is not None and dtype not in DTYPES:
         raise ProblemError(f"dtype {dtype!r}: expected one of {', '.join(DTYPES)}")
-    _source, tree = _parse(path)
+    _source, tree = _parse(path, source)
     knobs, after = _knob_assignments(tree), {}
     for name, value in shapes.items():
         if name not in knobs:

@@ -97,7 +97,8 @@ class Harness:
         # Each step's handler, by the step's name (fitness.boundary.protocol): (the reply, the tensors it carries).
         self.steps: dict[str, Callable[[Any], tuple[Message, list]]] = {
             Warm.KIND: lambda step: (Warmed(*warm(self, step)), []),
-            Load.KIND: lambda step: (self.load(step.source, step.problem, step.shapes, step.init_seed, step.dtype), []),
+            Load.KIND: lambda step: (self.load(step.source, step.problem, step.problem_source, step.shapes,
+                                               step.init_seed, step.dtype), []),
             Call.KIND: lambda step: self.call(step.seed, step.poison, step.probe),
             Time.KIND: lambda step: self.time(step.base_seed, step.check_seed, step.checks, step.poison, step.timing),
             Ping.KIND: lambda step: (Ok(), []),
@@ -146,14 +147,15 @@ class Harness:
 
     # -- steps -----------------------------------------------------------------
 
-    def load(self, source: str, problem_path: str, shapes: dict[str, int], init_seed: int,
+    def load(self, source: str, problem_path: str, problem_source: str, shapes: dict[str, int], init_seed: int,
              dtype: str | None = None) -> Ok:
-        """Import the candidate (once per source), build ``ModelNew`` for ``shapes`` (``fitness.worker.load_step``)."""
+        """Import the candidate (once per source), build ``ModelNew`` for ``shapes`` (``fitness.worker.load_step``)
+        from the problem's text ``problem_source`` (the file at ``problem_path`` is not read)."""
         digest = hashlib.sha256(source.encode()).hexdigest()[:16]
         if digest != self.source_hash:
             self.module, self.model = None, None
             self.module, self.source_hash = import_candidate(source, digest, self.tmpdir, self.guard), digest
-        self.problem = load_problem(problem_path, shapes, dtype)
+        self.problem = load_problem(problem_path, shapes, dtype, source=problem_source)
         # the launch counter's (fitness.worker.instrument) while it builds
         self.trace = trace = self.trace_cls(INIT_OPS)
         try:

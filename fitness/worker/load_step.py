@@ -93,7 +93,7 @@ def warm(harness: Any, step: Any) -> tuple[int, str]:
     try:
         with harness.platform.memory_capped(WARM_ROOM):
             for shapes in step.shapes:
-                problem = load_problem(step.problem, shapes, step.dtype)
+                problem = load_problem(step.problem, shapes, step.dtype, source=step.problem_source)
                 try:
                     model = build_model(module.ModelNew, problem, step.init_seed, "meta", around=harness.guard.running)
                     args = make_inputs(problem, 0, "meta")
