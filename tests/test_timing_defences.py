@@ -126,7 +126,7 @@ from platforms import TimingSettings
 import dataclasses
 
 harness = Harness("cpu", 0)
-harness.load(open(sys.argv[1]).read(), sys.argv[2], {"batch_size": 4, "dim": 100}, 0)
+harness.load(open(sys.argv[1]).read(), sys.argv[2], open(sys.argv[2]).read(), {"batch_size": 4, "dim": 100}, 0)
 harness._hand_over = lambda run, seed, outputs: None
 timing = dataclasses.asdict(TimingSettings(warmup_ms=0, window_ms=0, min_runs=3, max_runs=3))
 harness.time(1, 2, 1, [1600], timing)  # nothing set aside: timed
