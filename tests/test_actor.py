@@ -20,8 +20,8 @@ def test_an_actor_starts_every_slots_worker_when_it_prepares_a_problem():
     try:
         info = actor.prepare(spec)
         assert info["platform"] == "cpu"
-        built = actor._all[spec]
-        assert len(built) == 2 and sorted(map(id, actor._free[spec])) == sorted(map(id, built))
+        built = actor.evaluators.all[spec]
+        assert len(built) == 2 and sorted(map(id, actor.evaluators.free[spec])) == sorted(map(id, built))
         assert all(e.channel.worker is not None and e.channel.worker.alive() for e in built)  # ready before evaluating
         assert built[0].prepared is built[1].prepared  # one prepared problem for both slots
     finally:
@@ -40,7 +40,7 @@ def test_the_wait_for_the_memory_plan_s_room_is_in_the_verdict_and_its_limit_in_
     try:
         info = actor.prepare(spec)
         assert info["at_once"] == 2 and info["footprint_gb"] >= 0
-        actor._limit[spec] = 1  # as a plan that fits one evaluation would set it
+        actor.admissions.limit[spec] = 1  # as a plan that fits one evaluation would set it
         results = []
         threads = [threading.Thread(target=lambda: results.append(actor.evaluate(spec, source)[1])) for _ in range(2)]
         for thread in threads:
@@ -67,11 +67,11 @@ def test_the_next_problem_s_evaluators_take_over_the_last_one_s_workers():
                            shapes={"batch_size": 4, "dim": 100})
     try:
         actor.prepare(first)
-        pids = sorted(e.channel.worker.process.pid for e in actor._all[first])
+        pids = sorted(e.channel.worker.process.pid for e in actor.evaluators.all[first])
         assert actor.evaluate(first, (PROBLEMS / "elementwise" / "seed.py").read_text())[1].status is Status.ACCEPTED
         actor.prepare(second)
-        assert first not in actor._all  # forgotten, its evaluators closed
-        built = actor._all[second]
+        assert first not in actor.evaluators.all  # forgotten, its evaluators closed
+        built = actor.evaluators.all[second]
         assert sorted(e.channel.worker.process.pid for e in built) == pids  # the same processes, reset
         assert all(e.channel.served == 1 for e in built)  # judged others before: a crash is retried on a fresh one
         result = actor.evaluate(second, (PROBLEMS / "softmax" / "seed.py").read_text())[1]
@@ -79,11 +79,11 @@ def test_the_next_problem_s_evaluators_take_over_the_last_one_s_workers():
         # workers started otherwise (an address-space cap here) are not handed over
         third = dataclasses.replace(second, settings=EvalSettings(memory_limit_bytes=16 << 30))
         actor.prepare(third)
-        fresh = sorted(e.channel.worker.process.pid for e in actor._all[third])
-        assert not set(fresh) & set(pids) and all(e.channel.served == 0 for e in actor._all[third])
+        fresh = sorted(e.channel.worker.process.pid for e in actor.evaluators.all[third])
+        assert not set(fresh) & set(pids) and all(e.channel.served == 0 for e in actor.evaluators.all[third])
     finally:
         actor.close()
-    assert actor._spare == []
+    assert actor.evaluators.spare == []
 
 
 def test_out_of_memory_beside_another_problem_s_idle_evaluators_is_tried_again_without_them(monkeypatch):
@@ -108,13 +108,13 @@ def test_out_of_memory_beside_another_problem_s_idle_evaluators_is_tried_again_w
     try:
         actor.prepare(first)
         actor.prepare(second)
-        assert first in actor._all and second in actor._all  # both kept: side by side
+        assert first in actor.evaluators.all and second in actor.evaluators.all  # both kept: side by side
         monkeypatch.setattr(Evaluator, "evaluate", out_of_memory_once)
         result = actor.evaluate(second, (PROBLEMS / "softmax" / "seed.py").read_text())[1]
         assert result.status is Status.ACCEPTED, result.reason
         assert calls == ["softmax", "softmax"]  # tried once more ...
-        assert first not in actor._all and second in actor._all  # ... once the idle problem was let go
-        assert actor._limit[second] == 1  # nothing else was in flight: the limit stays
+        assert first not in actor.evaluators.all and second in actor.evaluators.all  # ... the idle one let go
+        assert actor.admissions.limit[second] == 1  # nothing else was in flight: the limit stays
         # the first problem comes back on its next candidate, prepared again
         again = actor.evaluate(first, (PROBLEMS / "elementwise" / "seed.py").read_text())[1]
         assert again.status is Status.ACCEPTED, again.reason
@@ -143,7 +143,7 @@ def test_an_actor_closing_stops_a_profile_in_flight_and_waits_for_it():
 
     actor = EvaluatorActor(slots=1)
     spec = EvaluatorSpec(str(PROBLEMS / "elementwise" / "reference.py"), platform="cpu")
-    actor._all[spec] = [Profiling()]
+    actor.evaluators.all[spec] = [Profiling()]
     records = []
     thread = threading.Thread(target=lambda: records.append(actor.profile(spec, "source", None)))
     thread.start()
@@ -191,7 +191,7 @@ def test_no_room_now_gives_back_idle_problems_then_is_an_out_of_memory_verdict_a
     state = {"crowded": False, "free_while_crowded": 1 << 10}
 
     def free(self):  # while crowded, nothing is free as long as the first problem's evaluators are kept
-        if state["crowded"] and (first in actor._all or state["free_while_crowded"] is not None):
+        if state["crowded"] and (first in actor.evaluators.all or state["free_while_crowded"] is not None):
             return state["free_while_crowded"] or (1 << 10)
         return _gb(64)
 
@@ -203,14 +203,14 @@ def test_no_room_now_gives_back_idle_problems_then_is_an_out_of_memory_verdict_a
         state.update(crowded=True, free_while_crowded=None)  # room comes once the first problem is let go
         result = actor.evaluate(second, softmax)[1]
         assert result.status is Status.ACCEPTED, result.reason
-        assert first not in actor._all
+        assert first not in actor.evaluators.all
         # no room at all: a verdict, and the problem is not refused for good
-        actor._forget([second])
-        actor._prepared.pop(second, None)
+        actor.evaluators.forget([second])
+        actor.evaluators.prepared.pop(second, None)
         state.update(free_while_crowded=1 << 10)
         result = actor.evaluate(second, softmax)[1]
         assert result.status is Status.OUT_OF_MEMORY and result.reason.startswith("not evaluated: ")
-        assert "other work holds the rest" in result.reason and second not in actor._errors
+        assert "other work holds the rest" in result.reason and second not in actor.evaluators.errors
         state.update(crowded=False)
         assert actor.evaluate(second, softmax)[1].status is Status.ACCEPTED
     finally:
@@ -225,33 +225,33 @@ def test_admission_under_the_memory_plan_s_limit_goes_in_the_order_asked():
 
     actor = EvaluatorActor(slots=6)
     spec = "a problem"  # any key: the limit is per problem
-    actor._limit[spec] = 1
+    actor.admissions.limit[spec] = 1
     order, release = [], threading.Event()
 
     def hold():
-        with actor._admitted(spec):
+        with actor.admissions.admitted(spec):
             release.wait(10)
 
     def wait_turn(name):
-        with actor._admitted(spec):
+        with actor.admissions.admitted(spec):
             order.append(name)
             time.sleep(0.01)
 
     first = threading.Thread(target=hold)
     first.start()
-    while actor._in_flight != 1:
+    while actor.admissions.in_flight != 1:
         time.sleep(0.001)
     waiters = []
     for name in "abcde":
         waiters.append(threading.Thread(target=wait_turn, args=(name,)))
         waiters[-1].start()
-        while len(actor._turns) != len(waiters):  # queued before the next asks
+        while len(actor.admissions.turns) != len(waiters):  # queued before the next asks
             time.sleep(0.001)
     release.set()
     for thread in [first, *waiters]:
         thread.join(10)
     assert order == list("abcde")
-    assert actor._in_flight == 0 and not actor._turns
+    assert actor.admissions.in_flight == 0 and not actor.admissions.turns
     actor.close()
 
 
@@ -265,25 +265,25 @@ def test_problems_side_by_side_enter_where_their_footprints_fit_together():
 
     actor = EvaluatorActor(slots=6)
     big, small = "a large problem", "a smaller problem"
-    actor._limit.update({big: 3, small: 3})
-    actor._need.update({big: 60, small: 45})
-    actor._room.update({big: 100, small: 100})
+    actor.admissions.limit.update({big: 3, small: 3})
+    actor.admissions.need.update({big: 60, small: 45})
+    actor.admissions.room.update({big: 100, small: 100})
     entered, release = [], threading.Event()
 
     def evaluate(spec, name, hold=False):
-        with actor._admitted(spec):
+        with actor.admissions.admitted(spec):
             entered.append(name)
             if hold:
                 release.wait(10)
 
     first = threading.Thread(target=evaluate, args=(small, "small 1", True))
     first.start()
-    while actor._in_flight != 1:
+    while actor.admissions.in_flight != 1:
         time.sleep(0.001)
-    assert actor._bytes_in_flight == 45
+    assert actor.admissions.bytes_in_flight == 45
     second = threading.Thread(target=evaluate, args=(small, "small 2", True))
     second.start()
-    while actor._in_flight != 2:  # 90 of 100: its own problem's plan lets it in
+    while actor.admissions.in_flight != 2:  # 90 of 100: its own problem's plan lets it in
         time.sleep(0.001)
     third = threading.Thread(target=evaluate, args=(big, "big"))
     third.start()
@@ -292,8 +292,8 @@ def test_problems_side_by_side_enter_where_their_footprints_fit_together():
     release.set()
     for thread in (first, second, third):
         thread.join(10)
-    assert entered[-1] == "big" and actor._in_flight == 0 and actor._bytes_in_flight == 0
-    actor._room[big] = 10  # less room than one evaluation: alone, it still enters
+    assert entered[-1] == "big" and actor.admissions.in_flight == 0 and actor.admissions.bytes_in_flight == 0
+    actor.admissions.room[big] = 10  # less room than one evaluation: alone, it still enters
     evaluate(big, "big alone")
     assert entered[-1] == "big alone"
     actor.close()
@@ -335,7 +335,7 @@ def test_one_that_runs_out_of_memory_after_others_joined_it_is_tried_again_alone
         second = threading.Thread(target=lambda: results.setdefault("second", actor.evaluate(spec, source)[1]),
                                   name="second")
         second.start()
-        while actor._in_flight != 1 or len(calls) < 2:  # the first ended (and waits to go alone)
+        while actor.admissions.in_flight != 1 or len(calls) < 2:  # the first ended (and waits to go alone)
             threading.Event().wait(0.01)
         done.set()
         first.join(30)
@@ -343,6 +343,6 @@ def test_one_that_runs_out_of_memory_after_others_joined_it_is_tried_again_alone
         assert results["first"].status is Status.ACCEPTED, results["first"].reason  # tried again, alone
         assert "out of memory: first try" in results["first"].walls_s
         assert calls == ["first", "second", "first"]
-        assert actor._limit[spec] == 1  # two were in flight when it ran out: one at once from now on
+        assert actor.admissions.limit[spec] == 1  # two were in flight when it ran out: one at once from now on
     finally:
         actor.close()

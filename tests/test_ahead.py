@@ -174,7 +174,7 @@ def test_where_memory_binds_candidates_compile_ahead_beside_the_evaluation_on_th
     actor, spec = EvaluatorActor(slots=6), EvaluatorSpec("r.py")
     results = _all_at_once(actor, spec, [f"candidate {i}" for i in range(6)])
     assert len(results) == 6 and all(r.status is Status.ACCEPTED for r in results)
-    assert actor._extra[spec] == 1 and sorted(state["ahead"]) == [f"candidate {i}" for i in range(6)]
+    assert actor.admissions.extra[spec] == 1 and sorted(state["ahead"]) == [f"candidate {i}" for i in range(6)]
     assert state["most"] == 1  # the plan's one at a time on the device
     assert len(state["built"]) == 2  # one evaluating, one compiling ahead
     beside = [c for c in state["compiles"] if any(c[0] < e[1] and e[0] < c[1] for e in state["evaluations"])]
@@ -207,7 +207,7 @@ def test_where_every_slot_fits_nothing_is_compiled_ahead(monkeypatch):
     monkeypatch.setattr(EvaluatorSpec, "build", lambda self, lane=None, prepared=None: _AllFit(state))
     actor, spec = EvaluatorActor(slots=2), EvaluatorSpec("r.py")
     assert all(r.status is Status.ACCEPTED for r in _all_at_once(actor, spec, ["a", "b"]))
-    assert "ahead" not in state["tried"] and actor._extra[spec] == 0
+    assert "ahead" not in state["tried"] and actor.admissions.extra[spec] == 0
 
 
 def test_compiling_ahead_can_be_turned_off_in_the_config(monkeypatch, tmp_path):
@@ -226,7 +226,7 @@ def test_compiling_ahead_can_be_turned_off_in_the_config(monkeypatch, tmp_path):
     monkeypatch.setattr(EvaluatorSpec, "build", lambda self, lane=None, prepared=None: _Compiling(state))
     actor, spec = EvaluatorActor(slots=6), EvaluatorSpec("r.py", settings=settings)
     assert all(r.status is Status.ACCEPTED for r in _all_at_once(actor, spec, ["a", "b", "c"]))
-    assert "ahead" not in state["tried"] and actor._extra[spec] == 0 and len(state["built"]) == 1
+    assert "ahead" not in state["tried"] and actor.admissions.extra[spec] == 0 and len(state["built"]) == 1
 
 
 def test_the_warm_step_compiles_at_the_held_out_shapes_its_evaluation_then_checks():
@@ -258,7 +258,7 @@ def test_with_problems_side_by_side_nothing_is_compiled_ahead(monkeypatch):
     monkeypatch.setattr(EvaluatorSpec, "build", lambda self, lane=None, prepared=None: _Compiling(state))
     actor, spec = EvaluatorActor(slots=6, keep_problems=2), EvaluatorSpec("r.py")
     assert all(r.status is Status.ACCEPTED for r in _all_at_once(actor, spec, ["a", "b", "c"]))
-    assert "ahead" not in state["tried"] and actor._extra[spec] == 0 and len(state["built"]) == 1
+    assert "ahead" not in state["tried"] and actor.admissions.extra[spec] == 0 and len(state["built"]) == 1
 
 
 def test_an_actor_prepares_the_workers_that_compile_ahead_too(monkeypatch):

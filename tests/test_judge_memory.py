@@ -191,7 +191,7 @@ def test_an_actor_retries_an_out_of_memory_alone_and_keeps_fewer_in_flight(monke
         t.join()
     assert results["big"].status is Status.ACCEPTED  # tried again with the device to itself
     assert results["small"].status is Status.ACCEPTED
-    assert actor._limit[spec] == 1
+    assert actor.admissions.limit[spec] == 1
 
 
 PEAK = textwrap.dedent("""
@@ -298,7 +298,7 @@ def test_evaluations_out_of_memory_together_take_the_limit_to_one_below_their_cr
     actor, spec, state = _crowded_actor(monkeypatch, slots=6)
     together = _all_at_once(actor, spec, [f"together {i}" for i in range(4)])
     assert state["most"] == 4
-    assert actor._limit[spec] == 3  # four were too many: three, whichever of the four came back first
+    assert actor.admissions.limit[spec] == 3  # four were too many: three, whichever of the four came back first
     assert len(together) == 4  # each tried again alone: accepted, its first try's time in its record
     assert all(r.status is Status.ACCEPTED and "out of memory: first try" in r.walls_s for r in together)
     state["most"] = 0
@@ -311,7 +311,7 @@ def test_evaluations_out_of_memory_together_take_the_limit_to_one_below_their_cr
 def test_a_profile_takes_an_evaluation_s_place_where_memory_limits_the_slots(monkeypatch, limit, overlaps):
     actor, spec, state = _crowded_actor(monkeypatch, slots=6)
     actor.evaluate(spec, "first")  # built and planned
-    actor._limit[spec] = limit  # the plan: one fits (memory binds), or all six slots do
+    actor.admissions.limit[spec] = limit  # the plan: one fits (memory binds), or all six slots do
     profiled = threading.Thread(target=actor.profile, args=(spec, "parent", 1.0))
     profiled.start()
     time.sleep(0.1)  # the profile is on the device
@@ -325,7 +325,7 @@ def test_a_profile_takes_an_evaluation_s_place_only_while_its_program_is_on_the_
     H200, four profiles in flight whole held the places of a real-size run's evaluations for 20 s)."""
     actor, spec, state = _crowded_actor(monkeypatch, slots=6)
     actor.evaluate(spec, "first")
-    actor._limit[spec] = 1  # memory binds: one at a time
+    actor.admissions.limit[spec] = 1  # memory binds: one at a time
     state["tool start-up"] = 0.6
     profiled = threading.Thread(target=actor.profile, args=(spec, "parent", 1.0))
     profiled.start()
@@ -340,21 +340,21 @@ def test_a_profile_takes_an_evaluation_s_place_only_while_its_program_is_on_the_
 def test_a_lowered_limit_rises_after_evaluations_that_fit_and_stays_once_a_rise_ran_out(monkeypatch):
     """Out of memory may be passing (profiles, another problem's work): the limit comes back up, one at a
     time, but not again to where it ran out after coming back."""
-    import evolve.dispatch.actor as actor_module
+    import evolve.dispatch.admission as admission_module
 
-    monkeypatch.setattr(actor_module, "RISE_AFTER", 2)
+    monkeypatch.setattr(admission_module, "RISE_AFTER", 2)
     actor, spec, state = _crowded_actor(monkeypatch, slots=6)
     _all_at_once(actor, spec, [f"together a{i}" for i in range(4)])
-    assert actor._limit[spec] == 3
+    assert actor.admissions.limit[spec] == 3
     for i in range(2):
         assert actor.evaluate(spec, f"alone {i}")[1].status is Status.ACCEPTED
-    assert actor._limit[spec] == 4  # two in a row that fit: one more at once
+    assert actor.admissions.limit[spec] == 4  # two in a row that fit: one more at once
     crowd = _all_at_once(actor, spec, [f"together b{i}" for i in range(4)])  # four at once run out again
     assert len(crowd) == 4 and all(r.status is Status.ACCEPTED for r in crowd)
-    assert actor._limit[spec] == 3
+    assert actor.admissions.limit[spec] == 3
     for i in range(6):
         actor.evaluate(spec, f"after {i}")
-    assert actor._limit[spec] == 3  # it rose to four and ran out there: three from now on
+    assert actor.admissions.limit[spec] == 3  # it rose to four and ran out there: three from now on
 
 
 def test_the_judge_gives_its_cache_back_before_the_worker_runs_at_other_sizes(monkeypatch):
