@@ -221,7 +221,7 @@ def test_failed_candidates_are_results_and_not_retried(dispatcher):
     assert results[10].status is Status.TIMEOUT, results[10]
     assert results[11].status in (Status.CRASHED, Status.RUNTIME_ERROR, Status.FORBIDDEN), results[11]
     assert set(dispatcher.pids.values()) == pids  # no actor was lost or replaced
-    assert not dispatcher._deaths
+    assert not dispatcher._jobs.deaths
 
 
 def test_killed_actor_requeues_its_candidate_on_a_replacement(dispatcher):
@@ -277,7 +277,7 @@ WALL_S = 3.0
 
 def test_a_run_at_its_wall_limit_leaves_what_is_in_flight_pending_and_a_resume_evaluates_it(dispatcher, tmp_path):
     """A hanging seed holds its actor for TIMEOUT_S; the run stops at its limit all the same."""
-    wait_until(lambda: dispatcher.ready() == 0 and len(dispatcher._idle) == 2, "every slot free")
+    wait_until(lambda: dispatcher.ready() == 0 and len(dispatcher._slots.idle) == 2, "every slot free")
     config = config_from_dict({"problem": {"reference": str(PROBLEMS / "elementwise" / "reference.py"),
                                            "seeds": [str(PROBLEMS / "elementwise" / "seed.py")]},
                                "search": {"population_size": 2, "max_evaluations": 4, "max_wall_time_s": WALL_S},
