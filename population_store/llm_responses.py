@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import sqlite3
 import time
 from collections.abc import Mapping
 from typing import Any
+
+from population_store.database import Database
 
 _COUNTERS = "SUM(requests), SUM(prompt_tokens), SUM(completion_tokens), SUM(cost_usd)"
 
@@ -36,44 +37,56 @@ class LlmUsage:
         return data
 
 
-def get_response(conn: sqlite3.Connection, key: str) -> str | None:
-    row = conn.execute("SELECT response FROM llm_responses WHERE key = ?", (key,)).fetchone()
-    return None if row is None else row[0]
+class LlmResponses:
+    """The ``llm_responses`` table of one store (none before schema version 2).
 
+    ``RunStore`` documents ``get_llm_response``, ``put_llm_response`` and ``llm_usage``.
+    """
 
-def put_response(conn: sqlite3.Connection, key: str, model: str, response: str, usage: Mapping[str, Any]) -> None:
-    """Insert the reply under ``key``; a second reply under one key adds its cost and keeps the first text."""
-    prompt_tokens = _count(usage, "prompt_tokens")
-    completion_tokens = _count(usage, "completion_tokens")
-    cost = usage.get("cost_usd", 0.0)
-    if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not math.isfinite(cost) or cost < 0:
-        raise ValueError(f"usage['cost_usd'] must be a finite number >= 0, got {cost!r}")
-    finish_reason = usage.get("finish_reason")
-    conn.execute(
-        "INSERT INTO llm_responses (key, model, response, prompt_tokens, completion_tokens,"
-        " cost_usd, finish_reason, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-        " ON CONFLICT (key) DO UPDATE SET requests = requests + 1,"
-        " prompt_tokens = prompt_tokens + excluded.prompt_tokens,"
-        " completion_tokens = completion_tokens + excluded.completion_tokens,"
-        " cost_usd = cost_usd + excluded.cost_usd",
-        (key, model, response, prompt_tokens, completion_tokens, float(cost),
-         None if finish_reason is None else str(finish_reason), time.time()),
-    )
+    def __init__(self, db: Database):
+        self._db = db
 
+    def get(self, key: str) -> str | None:
+        if self._db.schema_version < 2:
+            return None
+        row = self._db.conn.execute("SELECT response FROM llm_responses WHERE key = ?", (key,)).fetchone()
+        return None if row is None else row[0]
 
-def usage(conn: sqlite3.Connection) -> LlmUsage:
-    by_model = {
-        model: LlmUsage(requests, prompt, completion, cost)
-        for model, requests, prompt, completion, cost in conn.execute(
-            f"SELECT model, {_COUNTERS} FROM llm_responses GROUP BY model ORDER BY model")
-    }
-    return LlmUsage(
-        requests=sum(u.requests for u in by_model.values()),
-        prompt_tokens=sum(u.prompt_tokens for u in by_model.values()),
-        completion_tokens=sum(u.completion_tokens for u in by_model.values()),
-        cost_usd=sum(u.cost_usd for u in by_model.values()),
-        by_model=by_model,
-    )
+    def put(self, key: str, model: str, response: str, usage: Mapping[str, Any]) -> None:
+        """Insert the reply under ``key``; a second reply under one key adds its cost and keeps the first text."""
+        with self._db.write() as conn:
+            prompt_tokens = _count(usage, "prompt_tokens")
+            completion_tokens = _count(usage, "completion_tokens")
+            cost = usage.get("cost_usd", 0.0)
+            if isinstance(cost, bool) or not isinstance(cost, (int, float)) or not math.isfinite(cost) or cost < 0:
+                raise ValueError(f"usage['cost_usd'] must be a finite number >= 0, got {cost!r}")
+            finish_reason = usage.get("finish_reason")
+            conn.execute(
+                "INSERT INTO llm_responses (key, model, response, prompt_tokens, completion_tokens,"
+                " cost_usd, finish_reason, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (key) DO UPDATE SET requests = requests + 1,"
+                " prompt_tokens = prompt_tokens + excluded.prompt_tokens,"
+                " completion_tokens = completion_tokens + excluded.completion_tokens,"
+                " cost_usd = cost_usd + excluded.cost_usd",
+                (key, model, response, prompt_tokens, completion_tokens, float(cost),
+                 None if finish_reason is None else str(finish_reason), time.time()),
+            )
+
+    def usage(self) -> LlmUsage:
+        if self._db.schema_version < 2:
+            return LlmUsage()
+        by_model = {
+            model: LlmUsage(requests, prompt, completion, cost)
+            for model, requests, prompt, completion, cost in self._db.conn.execute(
+                f"SELECT model, {_COUNTERS} FROM llm_responses GROUP BY model ORDER BY model")
+        }
+        return LlmUsage(
+            requests=sum(u.requests for u in by_model.values()),
+            prompt_tokens=sum(u.prompt_tokens for u in by_model.values()),
+            completion_tokens=sum(u.completion_tokens for u in by_model.values()),
+            cost_usd=sum(u.cost_usd for u in by_model.values()),
+            by_model=by_model,
+        )
 
 
 def _count(usage: Mapping[str, Any], name: str) -> int:

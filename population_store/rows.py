@@ -1,6 +1,6 @@
 """Reading individuals back from their rows: the columns, the parents, JSON in and out.
 
-Plain functions over a connection, so that ``RunStore`` holds the transactions and
+Plain functions over a connection, so that ``Population`` holds the transactions and
 this module the shape of a row.
 """
 

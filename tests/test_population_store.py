@@ -324,7 +324,7 @@ def test_creating_over_an_existing_file_fails_and_keeps_it(tmp_path):
 
 
 def test_a_store_appears_only_once_complete_and_leaves_no_draft(tmp_path, monkeypatch):
-    import population_store.store as store_module
+    import population_store.database as store_module
 
     path = tmp_path / "run.sqlite"
     original = store_module.create_tables
@@ -412,7 +412,7 @@ def test_file_settings_and_indices(store):
                 "parents_parent_id", "events_kind"} <= indices
     finally:
         conn.close()
-    assert store._conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+    assert store._db.conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
 
 
 # -- crashes and concurrency -------------------------------------------------
