@@ -49,6 +49,7 @@ class DeviceTimeline:
         # A run's range is named with a secret, so nobody else's range can pass for it.
         self._tag = f"kevo-run-{secrets.token_hex(8)}:"
         self._closed = False
+        self._read: tuple | None = None  # the record, once read (_record)
 
     def __enter__(self) -> "DeviceTimeline":
         _ONE_WINDOW.acquire()
@@ -78,31 +79,13 @@ class DeviceTimeline:
     def runs(self, n_runs: int) -> tuple[list[float], list[float]] | None:
         """Each run's span (``spans``) and the milliseconds of it with some device activity
         (``busy_ms``: the span less the gaps between kernels), or None."""
-        if not self._closed:
-            raise RuntimeError("spans() before the window closed")
-        try:
-            events = self._profile.profiler.kineto_results.events()
-        except Exception:  # no trace at all
+        record = self._record(n_runs)
+        if record is None:
             return None
-        ranges: dict[int, tuple[int, int]] = {}
-        activity: list[tuple[int, int]] = []
-        for event in events:
-            name = event.name()
-            if str(event.device_type()).endswith("CPU"):
-                if name.startswith(self._tag):
-                    index = int(name[len(self._tag):])
-                    if index in ranges:  # a second range under a secret name: not ours to trust
-                        return None
-                    ranges[index] = (event.start_ns(), event.end_ns())
-            else:
-                activity.append((event.start_ns(), event.end_ns()))
-        if sorted(ranges) != list(range(n_runs)):
-            return None
-        activity.sort()
+        ranges, activity, _ = record
         starts = [start for start, _ in activity]
         spans, busy = [], []
-        for index in range(n_runs):
-            lo, hi = ranges[index]
+        for lo, hi in ranges:
             # the activities starting inside the run's range: one slice of the sorted list
             inside = activity[bisect.bisect_left(starts, lo):bisect.bisect_right(starts, hi)]
             if not inside:
@@ -111,7 +94,6 @@ class DeviceTimeline:
             busy.append(busy_ms(inside))
         return spans, busy
 
-
     def host_ops(self, n_runs: int) -> list[list[str]] | None:
         """The operators PyTorch dispatched on the host inside each run, outermost only (an
         ``aten::zeros`` and not the ``aten::fill_`` it calls), as the profiler recorded them
@@ -119,32 +101,13 @@ class DeviceTimeline:
         (``fitness.worker.trace``) would have seen, read after the runs instead of intercepted
         during them: a Python dispatch mode costs microseconds on every operator, inside the
         timed region, and the profiler that times the runs records the operators anyway."""
-        if not self._closed:
-            raise RuntimeError("host_ops() before the window closed")
-        try:
-            events = self._profile.profiler.kineto_results.events()
-        except Exception:
+        record = self._record(n_runs)
+        if record is None:
             return None
-        ranges: dict[int, tuple[int, int]] = {}
-        ops: list[tuple[int, int, int, str]] = []  # start, end, thread, name
-        for event in events:
-            if not str(event.device_type()).endswith("CPU"):
-                continue
-            name = event.name()
-            if name.startswith(self._tag):
-                index = int(name[len(self._tag):])
-                if index in ranges:
-                    return None
-                ranges[index] = (event.start_ns(), event.end_ns())
-            elif event.activity_type() == "cpu_op":
-                ops.append((event.start_ns(), -event.end_ns(), event.start_thread_id(), name))
-        if sorted(ranges) != list(range(n_runs)):
-            return None
-        ops.sort()  # by start, the enclosing operator (the later end) first
+        ranges, _, ops = record
         starts = [start for start, *_ in ops]
         found = []
-        for index in range(n_runs):
-            lo, hi = ranges[index]
+        for lo, hi in ranges:
             outer, reach = [], {}  # each thread's outermost operator's end so far
             for start, neg_end, thread, name in ops[bisect.bisect_left(starts, lo):bisect.bisect_right(starts, hi)]:
                 if start >= reach.get(thread, -1):
@@ -152,6 +115,45 @@ class DeviceTimeline:
                     reach[thread] = -neg_end
             found.append(outer)
         return found
+
+    def _record(self, n_runs: int) -> tuple[list[tuple[int, int]], list[tuple[int, int]],
+                                            list[tuple[int, int, int, str]]] | None:
+        """The closed window's record, read once: each run's range (nanoseconds), the device's
+        activities and the host's operators (start, minus end, thread, name), each sorted by
+        start; None without a trace, or unless runs 0 to ``n_runs`` - 1 each have one range."""
+        if not self._closed:
+            raise RuntimeError("the window's record read before the window closed")
+        if self._read is None:
+            self._read = self._read_events()
+        if self._read is None:
+            return None
+        ranges, activity, ops = self._read
+        if sorted(ranges) != list(range(n_runs)):
+            return None
+        return [ranges[index] for index in range(n_runs)], activity, ops
+
+    def _read_events(self) -> tuple[dict[int, tuple[int, int]], list, list] | None:
+        try:
+            events = self._profile.profiler.kineto_results.events()
+        except Exception:  # no trace at all
+            return None
+        ranges: dict[int, tuple[int, int]] = {}
+        activity: list[tuple[int, int]] = []
+        ops: list[tuple[int, int, int, str]] = []
+        for event in events:
+            name = event.name()
+            if not str(event.device_type()).endswith("CPU"):
+                activity.append((event.start_ns(), event.end_ns()))
+            elif name.startswith(self._tag):
+                index = int(name[len(self._tag):])
+                if index in ranges:  # a second range under a secret name: not ours to trust
+                    return None
+                ranges[index] = (event.start_ns(), event.end_ns())
+            elif event.activity_type() == "cpu_op":
+                ops.append((event.start_ns(), -event.end_ns(), event.start_thread_id(), name))
+        activity.sort()
+        ops.sort()  # by start, the enclosing operator (the later end) first
+        return ranges, activity, ops
 
 
 def busy_ms(intervals: list[tuple[int, int]]) -> float:
