@@ -199,6 +199,14 @@ class Stop(Message):
 
 # Steps: the evaluator's.
 
+def cache_name(value: Any, name: str) -> str:
+    """The name of one evaluation's Triton cache (``Load.cache``, ``Warm.cache``): 32 hexadecimal
+    digits drawn by the evaluator, or '' for the worker's own (``fitness.worker.harness.Harness.use_cache``)."""
+    require(type(value) is str and (value == "" or (len(value) == 32 and set(value) <= set("0123456789abcdef"))),
+            name, "not a cache's name")
+    return value
+
+
 class Step(Message):
     """One step of the worker; ``DONE`` is the reply it ends with unless refused."""
 
@@ -214,8 +222,8 @@ class Step(Message):
 class Warm(Step):
     """Import the candidate apart (a module of its own, dropped after), build its ModelNew and run
     forward on the ``meta`` device at each of ``shapes`` in turn, Triton compiling every launch
-    without running it: the kernels land in Triton's cache before the evaluation holds memory
-    (``fitness.judge.ahead``). The compiles lend the (absent) lane like a load's, under the same budget."""
+    without running it: the kernels land in the evaluation's Triton cache (``cache``) before the
+    evaluation holds memory (``fitness.judge.ahead``). The compiles lend the (absent) lane like a load's, under the same budget."""
 
     KIND = "warm"
     HEAD = {"step": KIND}
@@ -226,6 +234,7 @@ class Warm(Step):
     shapes: list[dict[str, int]] = field(list_of(dict_of(integer)))
     init_seed: int = field(integer)
     dtype: str | None = field(optional(text), default=None)
+    cache: str = field(cache_name, default="")
 
     @property
     def lend(self) -> bool:
@@ -241,7 +250,8 @@ class Load(Step):
     """Import the candidate (once per source) and build its ModelNew at ``shapes``
     (``problem``: the reference file's path, ``problem_source``: its text, which the worker
     builds the problem from without reading the file; ``dtype``: the problem's own dtypes if None;
-    ``lend``: the worker may lend the lane out while Triton compiles)."""
+    ``lend``: the worker may lend the lane out while Triton compiles; ``cache``: the name of
+    the evaluation's own Triton cache, ``cache_name``)."""
 
     KIND = "load"
     HEAD = {"step": KIND}
@@ -252,6 +262,7 @@ class Load(Step):
     init_seed: int = field(integer)
     dtype: str | None = field(optional(text), default=None)
     lend: bool = field(flag, default=False)
+    cache: str = field(cache_name, default="")
 
     def interims(self) -> tuple[type, ...]:
         return (Compiling, Compiled) if self.lend else ()

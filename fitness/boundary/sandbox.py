@@ -187,8 +187,9 @@ class WorkerProcess:
         self.log_path = os.path.join(self.workdir, "worker.log")
         self.log = open(self.log_path, "wb")
         env = worker_environment(dict(os.environ), env_extra)
-        # its temporary files in its scratch directory; no bytecode written next to the libraries
-        env.update(TMPDIR=self.workdir, PYTHONDONTWRITEBYTECODE="1")
+        # its temporary files in its scratch directory; no bytecode written next to the libraries; Triton's cache
+        # its own, there too (no other worker may write it: fitness.worker.harness.Harness.use_cache)
+        env.update(TMPDIR=self.workdir, PYTHONDONTWRITEBYTECODE="1", TRITON_CACHE_DIR=os.path.join(self.workdir, "triton"))
         policy = worker_policy(self.workdir, self.spill_dir, env)
         for path in policy.writable[2:]:
             try:

@@ -31,6 +31,7 @@ killed), and the guard's refusal of what the candidate did (``forbidden``).
 from __future__ import annotations
 
 import logging
+import secrets
 import time
 from typing import Any
 
@@ -62,8 +63,9 @@ def compile_ahead(evaluator: Any, source: str) -> EvalResult | None:
     for variant in (prepared.main, *picked):
         if dict(variant.shapes) not in shapes:
             shapes.append(dict(variant.shapes))
+    evaluator.warmed_cache = (source, secrets.token_hex(16))  # the evaluation of source compiles into it too
     step = Warm(source, str(prepared.reference_path), prepared.reference_source, shapes, prepared.settings.init_seed,
-                prepared.dtype)
+                prepared.dtype, cache=evaluator.warmed_cache[1])
     walls.clear()
     started = time.monotonic()
     verdict: EvalResult | None = None

@@ -90,6 +90,9 @@ class Evaluator(contextlib.AbstractContextManager):
         self.walls: collections.Counter[str] = collections.Counter()
         self.ahead: dict[str, float] = {}
         self.picked: list[Variant] | None = None
+        # (source, name) of the Triton cache of the warm step just run, for that source's evaluation (Load.cache)
+        self.warmed_cache: tuple[str, str] | None = None
+        self.cache = ""  # the evaluation's
         self.channel = WorkerChannel(prepared.platform, prepared.settings, self.walls)
         # Built once: a tool that fails stays off for this evaluator (ProfilerConfigError for a bad path).
         self.profiler: Profiler = profiler_for(self.platform.name, self.settings.ncu_bin_path,
@@ -123,7 +126,7 @@ class Evaluator(contextlib.AbstractContextManager):
         self.channel.loaded = None
         self.platform.release_memory(keep_bytes=RELEASE_ABOVE)  # this cache's blocks fit no other sizes, nor the worker
         step = Load(source, str(self.prepared.reference_path), self.prepared.reference_source, variant.shapes,
-                    self.settings.init_seed, self.prepared.dtype, lend=True)
+                    self.settings.init_seed, self.prepared.dtype, lend=True, cache=self.cache)
         with self._waiting("wait: lane", self.lane.shared()) as hold:
             reply, _ = self.channel.step(step, interim=self.channel.lending(hold))
         if not isinstance(reply, Refused):
@@ -164,6 +167,9 @@ class Evaluator(contextlib.AbstractContextManager):
         base = dict(platform=self.platform.name, device_name=self.channel.device_name())
         self.walls.clear()  # in place: the channel counts into it too
         started = time.monotonic()
+        # Triton's cache of this evaluation alone (its warm step's, if any): nothing another candidate wrote
+        warmed, self.warmed_cache = self.warmed_cache, None
+        self.cache = warmed[1] if warmed and warmed[0] == source else secrets.token_hex(16)
         try:
             result = self._judge(source, base)
             if self.main.input_bytes + sum(self.main.output_bytes) >= RELEASE_ABOVE:

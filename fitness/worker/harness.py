@@ -85,6 +85,7 @@ class Harness:
             watched.update(self.bounds.watched())
         self.watch = Watch(watched)
         self.source_hash = ""
+        self.cache = ""  # the evaluation's Triton cache (use_cache)
         self.module: Any = None
         self.model: Any = None
         self.problem: Problem | None = None
@@ -98,7 +99,7 @@ class Harness:
         self.steps: dict[str, Callable[[Any], tuple[Message, list]]] = {
             Warm.KIND: lambda step: (Warmed(*warm(self, step)), []),
             Load.KIND: lambda step: (self.load(step.source, step.problem, step.problem_source, step.shapes,
-                                               step.init_seed, step.dtype), []),
+                                               step.init_seed, step.dtype, step.cache), []),
             Call.KIND: lambda step: self.call(step.seed, step.poison, step.probe),
             Time.KIND: lambda step: self.time(step.base_seed, step.check_seed, step.checks, step.poison, step.timing),
             Ping.KIND: lambda step: (Ok(), []),
@@ -147,10 +148,30 @@ class Harness:
 
     # -- steps -----------------------------------------------------------------
 
+    def use_cache(self, name: str) -> None:
+        """Triton's cache, from now on, in a directory of this worker's own for the evaluation ``name`` (drawn by
+        the evaluator, secret until sent: ``fitness.boundary.protocol.cache_name``); the last evaluation's is
+        removed. What one candidate writes there (a binary under a kernel's key that another candidate would
+        compile) reaches no other evaluation: no other worker may write beneath this one's scratch directory
+        (``fitness.boundary.confine``), and an evaluation's name is not known before it starts. '' keeps the cache
+        as it is (the worker's own, beneath its scratch directory: ``fitness.boundary.sandbox``)."""
+        if not name or name == self.cache:
+            return
+        import triton
+
+        if self.cache:
+            shutil.rmtree(os.path.join(self.tmpdir, f"triton-{self.cache}"), ignore_errors=True)
+        path = os.path.join(self.tmpdir, f"triton-{name}")
+        os.makedirs(path, exist_ok=True)
+        triton.knobs.cache.dir = path
+        self.cache = name
+
     def load(self, source: str, problem_path: str, problem_source: str, shapes: dict[str, int], init_seed: int,
-             dtype: str | None = None) -> Ok:
+             dtype: str | None = None, cache: str = "") -> Ok:
         """Import the candidate (once per source), build ``ModelNew`` for ``shapes`` (``fitness.worker.load_step``)
-        from the problem's text ``problem_source`` (the file at ``problem_path`` is not read)."""
+        from the problem's text ``problem_source`` (the file at ``problem_path`` is not read), Triton's cache
+        that of the evaluation ``cache`` (``use_cache``)."""
+        self.use_cache(cache)
         digest = hashlib.sha256(source.encode()).hexdigest()[:16]
         if digest != self.source_hash:
             self.module, self.model = None, None

@@ -86,6 +86,7 @@ def warm(harness: Any, step: Any) -> tuple[int, str]:
     Returns the variants whose forward ran to its end, and what ended the step before, if anything."""
     import torch
 
+    harness.use_cache(step.cache)
     digest = "ahead_" + hashlib.sha256(step.source.encode()).hexdigest()[:16]
     module = import_candidate(step.source, digest, harness.tmpdir, harness.guard)
     reached, stopped = 0, ""
