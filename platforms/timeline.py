@@ -149,7 +149,9 @@ class DeviceTimeline:
                 if index in ranges:  # a second range under a secret name: not ours to trust
                     return None
                 ranges[index] = (event.start_ns(), event.end_ns())
-            elif event.activity_type() == "cpu_op":
+            elif "::" in name and not event.is_user_annotation():  # an operator (aten::empty), not a user's range
+                # nor a call of the runtime or driver (cudaLaunchKernel): Kineto's "cpu_op" (torch 2.13 says so
+                # in activity_type(), which torch 2.11 lacks)
                 ops.append((event.start_ns(), -event.end_ns(), event.start_thread_id(), name))
         activity.sort()
         ops.sort()  # by start, the enclosing operator (the later end) first
