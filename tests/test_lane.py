@@ -150,7 +150,8 @@ def test_the_evaluator_answers_a_loan_and_refuses_anything_else():
 WATCH_SCRIPT = r"""
 import json, os, sys, tempfile, importlib.util
 from fitness.worker.guard import Guard
-path = os.path.join(tempfile.mkdtemp(), "candidate_x.py")
+folder = tempfile.TemporaryDirectory()
+path = os.path.join(folder.name, "candidate_x.py")
 with open(path, "w") as f:
     f.write("def helper(x):\n    return [i for i in range(x)]\n\ndef gen():\n    yield 1\n    yield 2\n")
 spec = importlib.util.spec_from_file_location("candidate_x", path)

@@ -149,7 +149,7 @@ def test_l2_set_aside_for_persisting_lines_after_the_window_is_forbidden(tmp_pat
 
     script = tmp_path / "harness.py"
     script.write_text(HARNESS_WITH_L2_SET_ASIDE)
-    env = {**os.environ, **CpuPlatform.worker_env, "PYTHONPATH": str(PROBLEMS.parent)}
+    env = {**os.environ, **CpuPlatform.worker_env, "PYTHONPATH": str(PROBLEMS.parent), "TMPDIR": str(tmp_path)}
     done = subprocess.run([sys.executable, str(script), str(PROBLEMS / "elementwise" / "seed.py"),
                            str(PROBLEMS / "elementwise" / "reference.py")],
                           capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
