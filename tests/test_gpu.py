@@ -175,7 +175,7 @@ def test_timed_runs_are_checked_from_the_profilers_record(gpu_evaluator):
 
     timing = time_runs(get_platform("cuda"), run, TimingSettings(warmup_ms=0, window_ms=0, min_runs=4))
     assert timing.host_ops == [["empty_like"], ["empty_like"],
-                               ["empty_like", "slice", "unsqueeze", "slice", "unsqueeze", "mm"], ["empty_like"]]
+                               ["empty_like", "slice", "unsqueeze", "unsqueeze", "slice", "mm"], ["empty_like"]]
     # right answers, computed by PyTorch past the first 30 calls (in the warm-up or the window)
     late = SEED.replace("    def forward(self, x, y):", "    calls = 0\n\n    def forward(self, x, y):", 1)
     late = late.replace(LAUNCH, LAUNCH + "\n        ModelNew.calls += 1\n        if ModelNew.calls > 30:\n"
