@@ -178,9 +178,9 @@ def test_timed_runs_are_checked_from_the_profilers_record(gpu_evaluator):
                                ["empty_like", "slice", "unsqueeze", "unsqueeze", "slice", "mm"], ["empty_like"]]
     # right answers, computed by PyTorch past the first 30 calls (in the warm-up or the window)
     late = SEED.replace("    def forward(self, x, y):", "    calls = 0\n\n    def forward(self, x, y):", 1)
-    late = late.replace(LAUNCH, LAUNCH + "\n        ModelNew.calls += 1\n        if ModelNew.calls > 30:\n"
+    late = late.replace(LAUNCH, LAUNCH + "\n        self.calls += 1\n        if self.calls > 30:\n"
                                  "            out.copy_(x * torch.sigmoid(y))", 1)
-    assert late.count("ModelNew.calls") == 2
+    assert late.count("self.calls") == 2
     result = gpu_evaluator.evaluate(late)
     assert result.status is Status.FORBIDDEN and "aten.sigmoid" in result.reason, (result.status, result.reason)
 
