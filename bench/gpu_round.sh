@@ -37,7 +37,7 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 if [[ -z ${KB:-} ]]; then
     if [[ -d build/kb/level1 ]]; then KB=$PWD/build/kb; else KB=$(cd .. && pwd)/shared/kernelbench; fi
 fi
-export KB
+export KB KEVO_KERNELBENCH=$KB  # the tests find it there too
 # numpy as kevo declares it (<2.4: Triton 3.6's interpreter, which the CPU-platform tests run, fails under 2.4):
 # a wheel carried in build/np (git-ignored), installed under NP_DIR (default $TMPDIR/kevo-np), goes first on the path
 if ls build/np/numpy-*.whl > /dev/null 2>&1; then
