@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import pytest
 
+import os
 from pathlib import Path
 
 from tests.conftest import ROOT, SMALL_SHAPES, problem_path
 
 from fitness import Evaluator, Status
 from fitness.judge.ahead import compile_ahead
+from platforms.cpu import CpuPlatform
 from fitness.boundary.protocol import Load, ProtocolViolation, Warm, read_step
+from fitness.boundary.sandbox import OWN_CACHES, WorkerProcess
 
 HONEST = (ROOT / "tests" / "attacks" / "honest_elementwise.py").read_text()
 
@@ -60,3 +63,18 @@ def test_a_cache_s_name_is_thirty_two_hex_digits_or_nothing(name):
         assert read_step(step.to_wire()) == step
         with pytest.raises(ProtocolViolation, match="cache"):
             read_step({**step.to_wire(), "cache": name})
+
+
+def test_a_worker_writes_no_compile_cache_but_its_own(monkeypatch, tmp_path):
+    """The user's compile caches (here each set in the environment) are not a worker's: every directory its
+    policy lets it write lies in its own scratch or spill directory, but shared memory."""
+    for name in OWN_CACHES:
+        monkeypatch.setenv(name, str(tmp_path / name))
+    worker = WorkerProcess("cpu", 0, dict(CpuPlatform.worker_env), startup_timeout=120)
+    try:
+        assert worker.confinement  # it started
+        writable = worker.policy.writable
+        assert {os.path.join(worker.workdir, folder) for folder in OWN_CACHES.values()} <= set(writable)
+        assert all(d.startswith((worker.workdir, worker.spill_dir)) or d == "/dev/shm" for d in writable), writable
+    finally:
+        worker.stop()

@@ -52,6 +52,14 @@ _TOOLCHAIN = ("CUDA_HOME", "CUDA_PATH", "ROCM_PATH", "TRITON_PTXAS_PATH", "TRITO
 _OWNED = re.compile(r"kevo-(?:worker|spill|capture|profile|ncu|rocprof|apply)-(\d+)-[^/]+")
 
 
+#: The compile caches a worker keeps in its scratch directory (by variable, the folder there). Shared, one
+#: candidate's file under a key another compiles would reach that one's verdict, or torch.compile's (the
+#: incumbent's time): Triton's binaries and C modules, the kernels Triton takes in place of its own compile
+#: (TRITON_OVERRIDE_DIR), Inductor's graphs and code. (CUDA's JIT cache is not: Triton and Inductor load cubins.)
+OWN_CACHES = {"TRITON_CACHE_DIR": "triton", "TRITON_DUMP_DIR": "triton-dump", "TRITON_OVERRIDE_DIR": "triton-override",
+              "TORCHINDUCTOR_CACHE_DIR": "inductor"}
+
+
 def worker_environment(base: dict[str, str], extra: dict[str, str]) -> dict[str, str]:
     """``base`` without anything that looks like a secret, plus ``extra``.
 
@@ -187,10 +195,11 @@ class WorkerProcess:
         self.log_path = os.path.join(self.workdir, "worker.log")
         self.log = open(self.log_path, "wb")
         env = worker_environment(dict(os.environ), env_extra)
-        # its temporary files in its scratch directory; no bytecode written next to the libraries; Triton's cache
-        # its own, there too (no other worker may write it: fitness.worker.harness.Harness.use_cache)
-        env.update(TMPDIR=self.workdir, PYTHONDONTWRITEBYTECODE="1", TRITON_CACHE_DIR=os.path.join(self.workdir, "triton"))
-        policy = worker_policy(self.workdir, self.spill_dir, env)
+        # its temporary files in its scratch directory; no bytecode written next to the libraries; its compile
+        # caches there too, so that none is another's (fitness.worker.harness.Harness.use_cache)
+        env.update(TMPDIR=self.workdir, PYTHONDONTWRITEBYTECODE="1",
+                   **{name: os.path.join(self.workdir, folder) for name, folder in OWN_CACHES.items()})
+        self.policy = policy = worker_policy(self.workdir, self.spill_dir, env)
         for path in policy.writable[2:]:
             try:
                 os.makedirs(path, exist_ok=True)  # a cache the worker's toolchain would make
