@@ -15,6 +15,9 @@ PyTorch and the compiled model beside it:
 - ``kevo``: the evaluator's verdict (``Evaluator.evaluate``: the worker, its
   guard, fresh inputs each run).
 
+Beside them, each device activity of the seed's forward and of torch.compile's (its defaults), by
+name: how many per call and their microseconds (``kernels``), so a gap shows the kernel it lies in.
+
 torch.compile is timed twice: as the seed's capture compiles it (``dynamic=True``,
 every size symbolic) and with its defaults (what a user gets, and kevo's
 incumbent): a gap between the two is what shape generality costs.
@@ -89,6 +92,28 @@ def timings(forward, platform, trace_ops: frozenset[str] | None) -> dict[str, fl
     return out
 
 
+def kernels(forward, calls: int = 20) -> list[tuple[str, float, float]]:
+    """Each device activity of ``forward`` (kernel, copy, set) by name: launches per call and microseconds
+    per call, the largest first, from the profiler over ``calls`` calls run back to back: which kernel a
+    gap between the seed and torch.compile lies in, or whether it is one kernel more."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with torch.no_grad():
+        forward()
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(calls):
+                forward()
+            torch.cuda.synchronize()
+    found: dict[str, list[float]] = {}
+    for event in prof.profiler.kineto_results.events():
+        if not str(event.device_type()).endswith("CPU"):
+            found.setdefault(event.name(), []).append((event.end_ns() - event.start_ns()) / 1e3)
+    rows = [(name[:60], len(us) / calls, sum(us) / calls) for name, us in found.items()]
+    return sorted(rows, key=lambda row: -row[2])
+
+
 def measure(reference: str, shapes: dict[str, int] | None, platform) -> dict:
     import torch
 
@@ -132,7 +157,8 @@ def _forwards(reference: str, shapes: dict[str, int] | None, source: str, platfo
     return {"eager": timings(lambda: model(*inputs), platform, None),
             "compiled": timings(lambda: compiled(*inputs), platform, None),
             "static": timings(lambda: static(*inputs), platform, None),
-            "seed": timings(lambda: candidate(*inputs), platform, INIT_OPS | LAUNCH_OPS)}
+            "seed": timings(lambda: candidate(*inputs), platform, INIT_OPS | LAUNCH_OPS),
+            "seed_kernels": kernels(lambda: candidate(*inputs)), "static_kernels": kernels(lambda: static(*inputs))}
 
 
 def table(rows: list[dict]) -> str:
@@ -153,6 +179,13 @@ def table(rows: list[dict]) -> str:
                      f"{ms(d.get('protocol'))} | "
                      f"{ms(e['do_bench'])} | {ms(e['protocol'])} | {ms(r['eager_kevo_ms'])} | "
                      f"{ms(s['host_us'])}, {ms(s['traced_host_us'])}, {ms(c['host_us'])}, {ms(e['host_us'])} |")
+    lines += ["", "Device activity per call (launches, microseconds), the seed's and torch.compile's (default):", ""]
+    for r in rows:
+        for who in ("seed", "static"):
+            found = r.get(f"{who}_kernels") or []
+            total = sum(us for _, _, us in found)
+            lines.append(f"- {r['problem']} {who}: {total:.1f} us: " +
+                         "; ".join(f"{name} x{n:g} {us:.1f}" for name, n, us in found))
     return "\n".join(lines)
 
 
