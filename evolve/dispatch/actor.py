@@ -56,7 +56,6 @@ class EvaluatorActor:
     ``evaluate``, so the driver sees the original error.
     """
 
-
     def __init__(self, home: str | None = None, slots: int = 1, keep_problems: int = 1) -> None:
         if home is not None:
             os.environ["HOME"] = home  # undo the bootstrap HOME the local head was started with
