@@ -56,3 +56,41 @@ def test_large_matmul_is_compute_bound(ncu):
     kernel = record.kernel("matmul_kernel")
     assert kernel.bottleneck == COMPUTE_BOUND, record.summary
     assert record.bottleneck == COMPUTE_BOUND, record.summary
+
+
+THIEF = '''
+import os as _os
+for _path in ({environ!r}, {planted!r}):
+    try:
+        with open(_path, "rb") as _file:
+            _file.read()
+    except OSError:
+        continue
+    raise SystemExit(f"read {{_path}}")  # a profile that reads a secret fails, and says so
+'''
+
+
+def test_a_profiled_candidate_reads_neither_the_evaluator_s_environment_nor_the_checkout(ncu, tmp_path, monkeypatch):
+    """The target program under real ncu is confined as a worker is (tests/test_secrets.py has the whole attack)."""
+    import torch
+
+    from fitness.profiling import candidate
+    from tests.conftest import ROOT
+
+    planted = ROOT / f".env.kevo-test-{os.getpid()}"
+    planted.write_text("OPENAI_API_KEY=sk-planted\n")
+    source = THIEF.format(environ=f"/proc/{os.getpid()}/environ", planted=str(planted)) + \
+        (PROBLEMS / "elementwise" / "seed.py").read_text()
+    shapes = {"batch_size": 256, "dim": 4096}
+
+    def run():
+        return profile_candidate(ncu, PROBLEMS / "elementwise" / "reference.py", shapes, source, "cuda", 0, 300.0,
+                                 device_name=torch.cuda.get_device_name(0))
+
+    try:
+        record = run()
+        assert record.measured, record.reason
+        monkeypatch.setattr(candidate, "confined", lambda command, env, folder, problem: (command, env))
+        assert not run().measured  # unconfined, the same candidate reads both and fails
+    finally:
+        planted.unlink()

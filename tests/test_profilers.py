@@ -652,7 +652,13 @@ def test_profile_candidate_runs_the_target_under_the_profiler(tmp_path, monkeypa
     record = profile_candidate(profiler, PROBLEMS / "elementwise" / "reference.py", shapes, source, "cpu", 0, 120.0,
                                runtime_ms=1.0, runs=2, warmup=1)
     command, env, kernel_filter, workload = profiler.seen
-    assert command[1:3] == ["-m", "fitness.profiling.target"]
+    from fitness.boundary import confine
+
+    program = command.index("--") + 1  # the target program, run as a worker is (tests/test_secrets.py)
+    assert command[1:3] == ["-I", confine.__file__] and command[program + 1:program + 3] == ["-m", "fitness.profiling.target"]
+    policy = confine.Policy.from_json(command[3])
+    assert policy.writes and policy.network and str(PROBLEMS / "elementwise" / "reference.py") in policy.readable
+    assert env["TMPDIR"] in policy.writable and env["TRITON_CACHE_DIR"].startswith(env["TMPDIR"])
     assert "--shape" in command and "batch_size=4" in command and "--region" not in command
     assert "OPENAI_API_KEY" not in env and env["TRITON_INTERPRET"] == "1"
     assert kernel_filter == "^(gated_mul_kernel)"

@@ -9,7 +9,8 @@ the home). The worker gets none of it: its environment is stripped
 the rest. ``ATTACK`` runs as a candidate's library code would with no Python guard at all
 (the confinement alone, as a worker gets it), tries every path it can name, and prints what
 it read; the key must not be in it. The same attack with the reads left open finds the key,
-so the test has teeth.
+so the test has teeth. A candidate the profiler runs (``fitness.profiling.target``, started
+by the process that holds the key) is confined the same way.
 """
 
 from __future__ import annotations
@@ -198,3 +199,49 @@ def test_through_the_evaluator_the_problem_travels_as_text_and_no_verdict_holds_
     assert honest == "accepted", why
     assert "landlock" in said and "reads open" not in said, said
     assert status != "accepted" and key not in reason, reason
+
+
+# A profiled candidate: the target program a profiler wraps, started here by the process that holds the key (an
+# evaluator in the driver, ``cluster: {actors: 0}``), loads a candidate whose import runs the attack.
+PROFILED = r'''
+import json, subprocess, sys
+from fitness.profiling import candidate
+from platforms.profiling import Profiler, roofline_record
+reads, reference, source = sys.argv[1:]
+if reads == "open":
+    candidate.confined = lambda command, env, folder, problem: (command, env)
+
+class Running(Profiler):
+    tool = "running"
+
+    def _profile(self, command, env, kernel_filter, timeout_s, workload):
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout_s)
+        sys.stdout.write(done.stdout + done.stderr)
+        return roofline_record(workload, self.thresholds)
+
+candidate.profile_candidate(Running("cpu"), reference, {"batch_size": 4, "dim": 64}, open(source).read(), "cpu", 0,
+                            120.0, runtime_ms=1.0)
+'''
+
+
+def profiled_attack(planted, tmp_path, reads: str) -> tuple[str, dict]:
+    key, env, named = planted
+    source = tmp_path / "attack.py"
+    source.write_text(f"import sys\nsys.argv = [sys.argv[0], {env['HOME']!r}, *{named!r}]\n" + ATTACK)
+    reference = os.path.join(env["HOME"], "problems", "softmax", "reference.py")
+    done = subprocess.run([sys.executable, "-c", PROFILED, reads, reference, str(source)],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    assert found, done.stdout[-3000:]
+    return done.stdout, json.loads(found[-1])
+
+
+def test_a_profiled_candidate_cannot_read_the_key_either(planted, tmp_path):
+    key, _, named = planted
+    output, got = profiled_attack(planted, tmp_path, "closed")
+    assert key not in output, [path for path, text in got.items() if key in text]
+    assert all(got[path].startswith("refused") for path in named), {p: got[p][:80] for p in named}
+    assert "refused" not in got["/proc/self/environ"]
+    _, got = profiled_attack(planted, tmp_path, "open")  # the program as it ran before it was confined
+    assert all(key in got[path] for path in named), {p: got[p][:80] for p in named}

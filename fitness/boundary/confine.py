@@ -101,18 +101,23 @@ _X32_BIT = 0x40000000
 class Policy:
     """What the worker may write: ``writable`` directories (and what is beneath them); and
     what it may read: everything but the ``hidden`` directories, and beneath those only the
-    ``readable`` paths (and the writable ones). No hidden directory: reads stay open."""
+    ``readable`` paths (and the writable ones). No hidden directory: reads stay open.
+    ``writes`` False leaves writes open; ``network`` False leaves the network, signals and
+    abstract sockets open (a program a profiler wraps talks to it)."""
 
     writable: tuple[str, ...]
     hidden: tuple[str, ...] = ()
     readable: tuple[str, ...] = ()
+    writes: bool = True
+    network: bool = True
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
 
     @classmethod
     def from_json(cls, text: str) -> "Policy":
-        return cls(**{name: tuple(paths) for name, paths in json.loads(text).items()})
+        data = json.loads(text)
+        return cls(**{name: value if isinstance(value, bool) else tuple(value) for name, value in data.items()})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,17 +226,17 @@ def apply(policy: Policy) -> Confinement:
     if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         return Confinement(f"guard only (no-new-privileges refused: {_last_error()})", writable)
     in_force, missing = [], []
-    network, why = _own_network(libc)  # before Landlock: a user namespace's maps are written in /proc
-    if network:
+    network, why = _own_network(libc) if policy.network else ("", "")  # before Landlock: a user namespace's maps
+    if network:  # are written in /proc
         in_force.append(network)
-    else:
+    elif policy.network:
         missing.append(f"network isolation unavailable: {why}")
     reads = None
     if policy.hidden:
         reads = read_rules(policy.hidden, (*policy.readable, *policy.writable, *nodes, *_proc_readable()))
-    why = _landlock(libc, policy.writable, nodes, reads)
-    if why and reads is not None:  # the reads' part refused: writes alone
-        why_reads, why = why, _landlock(libc, policy.writable, nodes, None)
+    why = _landlock(libc, policy, nodes, reads)
+    if why and reads is not None and policy.writes:  # the reads' part refused: writes alone
+        why_reads, why = why, _landlock(libc, policy, nodes, None)
         if not why:
             missing.append(f"reads open: {why_reads}")
     elif not why and reads is None:
@@ -239,7 +244,9 @@ def apply(policy: Policy) -> Confinement:
     if why:
         missing.append(f"landlock unavailable: {why}")
     else:
-        in_force.insert(0, "landlock")
+        in_force.insert(0, "landlock" if policy.writes else "landlock reads")
+    missing += [f"{what} open by the policy" for what, held in (("writes", policy.writes), ("network", policy.network))
+                if not held]
     words = "+".join(in_force) or "guard only"
     if missing:
         words += f" ({'; '.join(missing)})"
@@ -330,25 +337,30 @@ def landlock_abi() -> int:
     return max(0, int(libc.syscall(_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION))))
 
 
-def _landlock(libc: ctypes.CDLL, dirs: tuple[str, ...], nodes: tuple[str, ...], reads: list[str] | None) -> str:
-    """Restrict writes to ``dirs`` and ``nodes``, and, unless ``reads`` is None, reading files
-    to what lies beneath ``reads``; '' once in force, else why not. The paths in /proc are
-    held open (and so are their inodes: procfs makes a new one for each new look-up)."""
+def _landlock(libc: ctypes.CDLL, policy: Policy, nodes: tuple[str, ...], reads: list[str] | None) -> str:
+    """Restrict writes to the policy's directories and ``nodes`` (where it holds writes), and,
+    unless ``reads`` is None, reading files to what lies beneath ``reads``; '' once in force,
+    else why not. The paths in /proc are held open (and so are their inodes: procfs makes a
+    new one for each new look-up)."""
     abi = libc.syscall(_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION))
     if abi < 0:
         return f"the kernel offers none ({_last_error()})"
     if abi < 2:
         return f"ABI {abi} cannot let a file move between directories, as Triton's cache does"
-    writes = sum(right for right, since in _WRITE_RIGHTS.items() if abi >= since)
+    writes = sum(right for right, since in _WRITE_RIGHTS.items() if abi >= since) if policy.writes else 0
     handled = writes | (_READ_FILE if reads is not None else 0)
-    attr = _RulesetAttr(handled, _NET_TCP if abi >= 4 else 0, _SCOPES if abi >= 6 else 0)
+    if not handled:
+        return "the policy holds neither writes nor reads"
+    network = policy.network
+    attr = _RulesetAttr(handled, _NET_TCP if network and abi >= 4 else 0, _SCOPES if network and abi >= 6 else 0)
     ruleset = libc.syscall(_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)),
                            ctypes.c_uint32(0))
     if ruleset < 0:
         return f"landlock_create_ruleset: {_last_error()}"
     try:
         file_rights = _WRITE_FILE | _TRUNCATE  # all a device node takes
-        rules = [(path, writes) for path in dirs] + [(path, file_rights) for path in (*nodes, *_OWN_PROC)]
+        rules = [(path, writes) for path in policy.writable] if writes else []
+        rules += [(path, file_rights) for path in (*nodes, *_OWN_PROC)] if writes else []
         rules += [(path, _READ_FILE) for path in reads or ()]
         for path, rights in rules:
             try:

@@ -37,7 +37,8 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
-from fitness.boundary.sandbox import process_alive, worker_environment
+from fitness.boundary import confine
+from fitness.boundary.sandbox import OWN_CACHES, process_alive, worker_environment, worker_policy
 from fitness.problems.problem import ProblemError, load_problem
 from fitness.profiling.shape import (MIN_BLOCKS_PER_UNIT, PROFILE_MAX_BYTES, ProfileShape, grown, meta_forward,
                                      profile_shape)
@@ -47,6 +48,10 @@ from platforms.profiling.record import DRAM_PCT, GRID_BLOCKS
 from platforms.profiling.roofline import roofline_metrics
 from platforms.profiling.summary import summary_text
 from platforms.specs import lookup
+
+#: What confines the target program beyond the worker's reads (``fitness.boundary.confine.Policy``): its writes
+#: and its network. The profiler's injected library in it talks to the profiler; see docs/PROFILING.md.
+TARGET_HOLDS = {"writes": True, "network": True}
 
 #: Seeds of the worker's defaults (fitness.judge.evaluator.EvalSettings): the
 #: profiled forward sees the weights and the first fixed input set.
@@ -276,13 +281,26 @@ class _Session:
             gate.mkdir()
             command = target_command(self.problem_path, candidate, target.shapes, self.platform_name,
                                      self.device_index, runs, warmup, self.profiler.capture_region, dtype, gate)
+            command, env = confined(command, self.env, tmp, self.problem_path)
             with _Gatekeeper(gate, self.exclusive) as keeper:
-                record = self.profiler.profile(command, self.env, kernel_filter(self.source), self.timeout_s,
+                record = self.profiler.profile(command, env, kernel_filter(self.source), self.timeout_s,
                                                self.workload)
             self.device_s += keeper.device_s
             self.turns += keeper.turns
         self.tool_runs += int(record.cost.get("tool_runs", 0))
         return record
+
+
+def confined(command: list[str], env: dict[str, str], folder: str, problem_path: str | Path
+             ) -> tuple[list[str], dict[str, str]]:
+    """``command`` and ``env`` for the target program run as a worker is: confined by the operating system
+    (``fitness.boundary.confine``) to the worker's reads (and the problem file), its temporary files and compile
+    caches in ``folder``, with ``TARGET_HOLDS`` saying what more is held."""
+    env = dict(env, TMPDIR=folder, PYTHONDONTWRITEBYTECODE="1",
+               **{name: os.path.join(folder, cache) for name, cache in OWN_CACHES.items()})
+    policy = worker_policy(folder, folder, env)
+    policy = dataclasses.replace(policy, readable=(*policy.readable, str(Path(problem_path).resolve())), **TARGET_HOLDS)
+    return [sys.executable, "-I", confine.__file__, policy.to_json(), "--", *command], env
 
 
 class _Gatekeeper:
