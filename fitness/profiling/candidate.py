@@ -2,7 +2,7 @@
 
 ``profile_candidate`` writes the candidate to a temporary file and runs
 ``fitness.profiling.target`` under the profiler, in the environment the
-sandboxed worker gets (secrets scrubbed), at the shape
+sandboxed worker gets (secrets scrubbed) and confined as it is, at the shape
 ``fitness.profiling.shape`` picks: the problem's own, or a reduced one for a
 problem whose tensors are large (the record says which, and what the profile
 cost). The program touches the device only while the caller's ``exclusive``
