@@ -249,11 +249,12 @@ print(json.dumps(outcomes))
 '''
 
 
-def run_confined(policy_dirs: list[str], script: str, *args: str, patch: str = "") -> dict:
+def run_confined(policy_dirs: list[str], script: str, *args: str, patch: str = "", **held) -> dict:
     """Run ``script`` (with ``args``) confined to ``policy_dirs`` as a worker is (the
     bootstrap of ``fitness.boundary.confine`` and then an exec); ``patch``: Python run in the
-    bootstrap before it confines (to take a layer away). Its last line of output, as JSON."""
-    policy = confine.Policy(tuple(policy_dirs)).to_json()
+    bootstrap before it confines (to take a layer away); ``held``: the policy's other fields.
+    Its last line of output, as JSON."""
+    policy = confine.Policy(tuple(policy_dirs), **held).to_json()
     bootstrap = [sys.executable, "-I", confine.__file__, policy, "--"]
     if patch:
         bootstrap = [sys.executable, "-I", "-c",
@@ -282,6 +283,38 @@ def test_the_os_stops_writes_and_sockets_the_guard_cannot_see(tmp_path, listener
     assert outcomes["triton interpreter"] == "right", outcomes
     time.sleep(0.5)
     assert accepted == [], "the listener got a connection"
+
+
+CONNECT = '''
+import json, os, socket, sys
+outcomes = {"said": json.loads(os.environ["KEVO_CONFINEMENT"])["in_force"]}
+for port in sys.argv[1:]:
+    try:
+        socket.create_connection(("127.0.0.1", int(port)), timeout=5).close()
+        outcomes[port] = "done"
+    except OSError as exc:
+        outcomes[port] = f"failed: {exc}"
+print(json.dumps(outcomes))
+'''
+
+
+def test_a_program_a_profiler_wraps_shares_the_network_but_reaches_only_the_profiler_s_ports(tmp_path, listener):
+    """``network=False`` (``fitness.profiling.candidate.confined``): no network of its own, and TCP refused but on
+    the policy's ports."""
+    if confine.landlock_abi() < 4:
+        pytest.skip("Landlock refuses TCP from ABI 4 on")
+    (allowed, accepted), other = listener, socket.socket()
+    other.bind(("127.0.0.1", 0))
+    other.listen(1)
+    refused = other.getsockname()[1]
+    try:
+        outcomes = run_confined([str(tmp_path)], CONNECT, str(allowed), str(refused), network=False, ports=(allowed,))
+    finally:
+        other.close()
+    assert outcomes[str(allowed)] == "done" and outcomes[str(refused)].startswith("failed"), outcomes
+    assert outcomes["said"].endswith(f"; network shared, TCP only on ports {allowed})"), outcomes
+    time.sleep(0.5)
+    assert len(accepted) == 1
 
 
 # Layers taken away the way a platform lacks them (``ns``: the bootstrap's globals): a system

@@ -90,7 +90,7 @@ def test_a_profiled_candidate_reads_neither_the_evaluator_s_environment_nor_the_
     try:
         record = run()
         assert record.measured, record.reason
-        monkeypatch.setattr(candidate, "confined", lambda command, env, folder, problem: (command, env))
+        monkeypatch.setattr(candidate, "confined", lambda command, env, *where: (command, env))
         assert not run().measured  # unconfined, the same candidate reads both and fails
     finally:
         planted.unlink()

@@ -209,7 +209,7 @@ from fitness.profiling import candidate
 from platforms.profiling import Profiler, roofline_record
 reads, reference, source = sys.argv[1:]
 if reads == "open":
-    candidate.confined = lambda command, env, folder, problem: (command, env)
+    candidate.confined = lambda command, env, *where: (command, env)
 
 class Running(Profiler):
     tool = "running"

@@ -36,11 +36,14 @@ writes alone; ``"netns (landlock unavailable: ...)"``: neither, ...).
 
 ``fitness.boundary.sandbox`` starts the worker as ``python -I fitness/boundary/confine.py POLICY --
 python -m fitness.worker ...``: this file runs as a script (nothing of kevo,
-torch or NumPy imported), confines its process while it has one thread (Landlock
-and namespaces bind the calling thread only, and NumPy's import starts a BLAS
-thread), and then executes the worker, which inherits all of it (Landlock and
-namespaces survive ``exec``; no-new-privileges keeps a set-user-ID program from
-shedding them). Only the standard library is used here.
+torch or NumPy imported), confines its thread (Landlock, namespaces and seccomp
+bind the calling thread only), and then executes the worker, which inherits all
+of it (Landlock and namespaces survive ``exec``; no-new-privileges keeps a
+set-user-ID program from shedding them). ``exec`` ends every other thread, so a
+thread started before the confinement (a profiler's library that the loader put
+in this process, ``LD_PRELOAD``) is gone before the worker's code runs, and the
+threads of the new program are started by the confined one. Only the standard
+library is used here.
 """
 
 from __future__ import annotations
@@ -72,7 +75,7 @@ _PROC_SHUT = ("kcore",)
 # Landlock (linux/landlock.h). The same system call numbers on x86_64 and aarch64.
 _CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446
 _CREATE_RULESET_VERSION = 1 << 0
-_RULE_PATH_BENEATH = 1
+_RULE_PATH_BENEATH, _RULE_NET_PORT = 1, 2
 _WRITE_FILE, _READ_FILE, _TRUNCATE = 1 << 1, 1 << 2, 1 << 14
 # The rights that change the file system, with the ABI each came in. Reading a file (bit 2)
 # is handled where the policy hides a directory; executing and listing a directory (bits 0, 3)
@@ -102,14 +105,16 @@ class Policy:
     """What the worker may write: ``writable`` directories (and what is beneath them); and
     what it may read: everything but the ``hidden`` directories, and beneath those only the
     ``readable`` paths (and the writable ones). No hidden directory: reads stay open.
-    ``writes`` False leaves writes open; ``network`` False leaves the network, signals and
-    abstract sockets open (a program a profiler wraps talks to it)."""
+    ``writes`` False leaves writes open. ``network`` False gives no network of its own and
+    leaves signals and abstract sockets open, but TCP is still refused (Landlock, ABI 4) but
+    to and from ``ports``: a program a profiler wraps talks to it there."""
 
     writable: tuple[str, ...]
     hidden: tuple[str, ...] = ()
     readable: tuple[str, ...] = ()
     writes: bool = True
     network: bool = True
+    ports: tuple[int, ...] = ()
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -216,7 +221,7 @@ def in_force() -> Confinement:
 
 def apply(policy: Policy) -> Confinement:
     """Confine this process (and what it starts) to ``policy``, as far as the platform
-    allows; what was put in force. Call it while the process has a single thread."""
+    allows; what was put in force. It binds the calling thread and the threads and programs it starts."""
     nodes = device_nodes()
     writable = tuple(policy.writable) + nodes
     if not sys.platform.startswith("linux"):
@@ -245,8 +250,11 @@ def apply(policy: Policy) -> Confinement:
         missing.append(f"landlock unavailable: {why}")
     else:
         in_force.insert(0, "landlock" if policy.writes else "landlock reads")
-    missing += [f"{what} open by the policy" for what, held in (("writes", policy.writes), ("network", policy.network))
-                if not held]
+    if not policy.writes:
+        missing.append("writes open by the policy")
+    if not policy.network:
+        held = not why and landlock_abi() >= 4
+        missing.append(f"network shared, TCP only on ports {_spans(policy.ports)}" if held else "network open")
     words = "+".join(in_force) or "guard only"
     if missing:
         words += f" ({'; '.join(missing)})"
@@ -323,6 +331,21 @@ class _RulesetAttr(ctypes.Structure):
                 ("scoped", ctypes.c_uint64)]
 
 
+class _NetPortAttr(ctypes.Structure):
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
+
+
+def _spans(ports: Sequence[int]) -> str:
+    """``[1, 2, 3, 7]`` -> ``'1-3, 7'``; ``'none'`` for no port."""
+    spans: list[list[int]] = []
+    for port in sorted(ports):
+        if spans and port == spans[-1][1] + 1:
+            spans[-1][1] = port
+        else:
+            spans.append([port, port])
+    return ", ".join(f"{a}-{b}" if a != b else str(a) for a, b in spans) or "none"
+
+
 class _PathBeneathAttr(ctypes.Structure):
     _pack_ = 1
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
@@ -351,8 +374,7 @@ def _landlock(libc: ctypes.CDLL, policy: Policy, nodes: tuple[str, ...], reads: 
     handled = writes | (_READ_FILE if reads is not None else 0)
     if not handled:
         return "the policy holds neither writes nor reads"
-    network = policy.network
-    attr = _RulesetAttr(handled, _NET_TCP if network and abi >= 4 else 0, _SCOPES if network and abi >= 6 else 0)
+    attr = _RulesetAttr(handled, _NET_TCP if abi >= 4 else 0, _SCOPES if policy.network and abi >= 6 else 0)
     ruleset = libc.syscall(_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)),
                            ctypes.c_uint32(0))
     if ruleset < 0:
@@ -374,6 +396,10 @@ def _landlock(libc: ctypes.CDLL, policy: Policy, nodes: tuple[str, ...], reads: 
             finally:
                 if not path.startswith("/proc/"):
                     os.close(fd)
+        for port in policy.ports if abi >= 4 and not policy.network else ():
+            rule = _NetPortAttr(_NET_TCP, port)
+            if libc.syscall(_ADD_RULE, ruleset, _RULE_NET_PORT, ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
+                return f"landlock_add_rule(port {port}): {_last_error()}"
         if libc.syscall(_RESTRICT_SELF, ruleset, ctypes.c_uint32(0)) != 0:
             return f"landlock_restrict_self: {_last_error()}"
     finally:
@@ -381,20 +407,11 @@ def _landlock(libc: ctypes.CDLL, policy: Policy, nodes: tuple[str, ...], reads: 
     return ""
 
 
-def _threads() -> int:
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        return 1
-
-
 def main(argv: list[str]) -> None:
     """``confine.py POLICY -- PROGRAM ARGS...``: confine this process, then execute PROGRAM
     with ``ENV`` saying what is in force."""
     if len(argv) < 3 or argv[1] != "--":
         raise SystemExit("usage: confine.py POLICY -- PROGRAM [ARGS...]")
-    if _threads() != 1:
-        raise SystemExit("fitness.boundary.confine: the process has more than one thread; confinement binds one")
     confinement = apply(Policy.from_json(argv[0]))
     os.environ[ENV] = confinement.to_json()
     program = argv[2:]

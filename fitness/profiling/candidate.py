@@ -49,10 +49,6 @@ from platforms.profiling.roofline import roofline_metrics
 from platforms.profiling.summary import summary_text
 from platforms.specs import lookup
 
-#: What confines the target program beyond the worker's reads (``fitness.boundary.confine.Policy``): its writes
-#: and its network. The profiler's injected library in it talks to the profiler; see docs/PROFILING.md.
-TARGET_HOLDS = {"writes": True, "network": True}
-
 #: Seeds of the worker's defaults (fitness.judge.evaluator.EvalSettings): the
 #: profiled forward sees the weights and the first fixed input set.
 INIT_SEED = 42
@@ -281,7 +277,7 @@ class _Session:
             gate.mkdir()
             command = target_command(self.problem_path, candidate, target.shapes, self.platform_name,
                                      self.device_index, runs, warmup, self.profiler.capture_region, dtype, gate)
-            command, env = confined(command, self.env, tmp, self.problem_path)
+            command, env = confined(command, self.env, tmp, self.problem_path, self.profiler.ports)
             with _Gatekeeper(gate, self.exclusive) as keeper:
                 record = self.profiler.profile(command, env, kernel_filter(self.source), self.timeout_s,
                                                self.workload)
@@ -291,15 +287,17 @@ class _Session:
         return record
 
 
-def confined(command: list[str], env: dict[str, str], folder: str, problem_path: str | Path
-             ) -> tuple[list[str], dict[str, str]]:
+def confined(command: list[str], env: dict[str, str], folder: str, problem_path: str | Path,
+             ports: tuple[int, ...]) -> tuple[list[str], dict[str, str]]:
     """``command`` and ``env`` for the target program run as a worker is: confined by the operating system
-    (``fitness.boundary.confine``) to the worker's reads (and the problem file), its temporary files and compile
-    caches in ``folder``, with ``TARGET_HOLDS`` saying what more is held."""
+    (``fitness.boundary.confine``) to the worker's reads (and the problem file), writes to its temporary files and
+    compile caches in ``folder``; in the network it shares with the profiler, TCP only on the profiler's
+    ``ports`` (where ncu's front end and the library it puts in the program talk)."""
     env = dict(env, TMPDIR=folder, PYTHONDONTWRITEBYTECODE="1",
                **{name: os.path.join(folder, cache) for name, cache in OWN_CACHES.items()})
     policy = worker_policy(folder, folder, env)
-    policy = dataclasses.replace(policy, readable=(*policy.readable, str(Path(problem_path).resolve())), **TARGET_HOLDS)
+    policy = dataclasses.replace(policy, readable=(*policy.readable, str(Path(problem_path).resolve())),
+                                 network=False, ports=ports)
     return [sys.executable, "-I", confine.__file__, policy.to_json(), "--", *command], env
 
 

@@ -63,6 +63,8 @@ class Profiler(abc.ABC):
     #: True when the tool profiles only what the target brackets with the
     #: profiler API (cudaProfilerStart/Stop), so warm-up runs are not seen.
     capture_region: bool = False
+    #: The TCP ports where the tool and the program it profiles talk (the program may use no other).
+    ports: tuple[int, ...] = ()
 
     def __init__(self, platform_name: str) -> None:
         self.platform_name = platform_name
@@ -111,6 +113,7 @@ class NcuProfiler(Profiler):
 
     tool = "ncu"
     capture_region = True
+    ports = tuple(range(49152, 49152 + 64))  # ncu's --port and --max-connections: it talks to the program there
 
     def __init__(self, binary: str, platform_name: str = "cuda", launch_count: int = 64) -> None:
         super().__init__(platform_name)

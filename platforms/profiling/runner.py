@@ -105,11 +105,20 @@ _ERROR = re.compile(r"error|ERR_|fail|denied|permission|exceeds", re.IGNORECASE)
 
 
 def error_line(run: ToolRun, limit: int = 300) -> str:
-    """The line of a failed run that most likely says why (an error line, else the last line)."""
+    """The line of a failed run that most likely says why (an error line, else the last line), and
+    the profiled program's own last line where the tool's line only says that the program failed.
+
+    >>> error_line(ToolRun([], 1, "", "profile_target: no candidate file x\\n==ERROR== The application returned "
+    ...                    "an error code (2).\\n", 1.0))
+    '==ERROR== The application returned an error code (2). (the program: profile_target: no candidate file x)'
+    """
     lines = [line.strip() for line in (run.stderr + "\n" + run.stdout).splitlines() if line.strip()]
     if not lines:
         return "no output"
     chosen = next((line for line in lines if _ERROR.search(line)), lines[-1])
+    own = [line for line in lines if not line.startswith("==")]  # ncu's and rocprof's lines start with ==
+    if chosen.startswith("==") and own:
+        return f"{chosen[:limit]} (the program: {own[-1][:limit]})"
     return chosen[:limit]
 
 
