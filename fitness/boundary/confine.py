@@ -26,7 +26,9 @@ candidates also asks the kernel, once, before it imports anything:
 - **Network**: a network namespace of its own (``unshare(CLONE_NEWNET)``, with
   a user namespace when not root), which has no interface but a loopback that
   is down. Where namespaces are refused, a seccomp filter refuses every socket
-  but ``AF_UNIX`` (and io_uring, which could open one behind the filter).
+  but ``AF_UNIX`` (and io_uring, which could open one behind the filter). A program a
+  profiler wraps keeps the machine's network (the profiler talks to it over TCP) with
+  Landlock refusing every TCP port but the profiler's (``Policy.ports``).
 
 Each layer degrades on its own where the platform lacks it (an older kernel, a
 container without the system calls), and what was in force is said: the
@@ -105,14 +107,13 @@ class Policy:
     """What the worker may write: ``writable`` directories (and what is beneath them); and
     what it may read: everything but the ``hidden`` directories, and beneath those only the
     ``readable`` paths (and the writable ones). No hidden directory: reads stay open.
-    ``writes`` False leaves writes open. ``network`` False gives no network of its own and
-    leaves signals and abstract sockets open, but TCP is still refused (Landlock, ABI 4) but
-    to and from ``ports``: a program a profiler wraps talks to it there."""
+    ``network`` False gives no network of its own and leaves signals and abstract sockets
+    open, but TCP is still refused (Landlock, ABI 4) but to and from ``ports``: a program a
+    profiler wraps talks to it there."""
 
     writable: tuple[str, ...]
     hidden: tuple[str, ...] = ()
     readable: tuple[str, ...] = ()
-    writes: bool = True
     network: bool = True
     ports: tuple[int, ...] = ()
 
@@ -240,7 +241,7 @@ def apply(policy: Policy) -> Confinement:
     if policy.hidden:
         reads = read_rules(policy.hidden, (*policy.readable, *policy.writable, *nodes, *_proc_readable()))
     why = _landlock(libc, policy, nodes, reads)
-    if why and reads is not None and policy.writes:  # the reads' part refused: writes alone
+    if why and reads is not None:  # the reads' part refused: writes alone
         why_reads, why = why, _landlock(libc, policy, nodes, None)
         if not why:
             missing.append(f"reads open: {why_reads}")
@@ -249,9 +250,7 @@ def apply(policy: Policy) -> Confinement:
     if why:
         missing.append(f"landlock unavailable: {why}")
     else:
-        in_force.insert(0, "landlock" if policy.writes else "landlock reads")
-    if not policy.writes:
-        missing.append("writes open by the policy")
+        in_force.insert(0, "landlock")
     if not policy.network:
         held = not why and landlock_abi() >= 4
         missing.append(f"network shared, TCP only on ports {_spans(policy.ports)}" if held else "network open")
@@ -361,7 +360,7 @@ def landlock_abi() -> int:
 
 
 def _landlock(libc: ctypes.CDLL, policy: Policy, nodes: tuple[str, ...], reads: list[str] | None) -> str:
-    """Restrict writes to the policy's directories and ``nodes`` (where it holds writes), and,
+    """Restrict writes to the policy's directories and ``nodes``, and,
     unless ``reads`` is None, reading files to what lies beneath ``reads``; '' once in force,
     else why not. The paths in /proc are held open (and so are their inodes: procfs makes a
     new one for each new look-up)."""
@@ -370,10 +369,8 @@ def _landlock(libc: ctypes.CDLL, policy: Policy, nodes: tuple[str, ...], reads: 
         return f"the kernel offers none ({_last_error()})"
     if abi < 2:
         return f"ABI {abi} cannot let a file move between directories, as Triton's cache does"
-    writes = sum(right for right, since in _WRITE_RIGHTS.items() if abi >= since) if policy.writes else 0
+    writes = sum(right for right, since in _WRITE_RIGHTS.items() if abi >= since)
     handled = writes | (_READ_FILE if reads is not None else 0)
-    if not handled:
-        return "the policy holds neither writes nor reads"
     attr = _RulesetAttr(handled, _NET_TCP if abi >= 4 else 0, _SCOPES if policy.network and abi >= 6 else 0)
     ruleset = libc.syscall(_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(ctypes.sizeof(attr)),
                            ctypes.c_uint32(0))
@@ -381,8 +378,7 @@ def _landlock(libc: ctypes.CDLL, policy: Policy, nodes: tuple[str, ...], reads: 
         return f"landlock_create_ruleset: {_last_error()}"
     try:
         file_rights = _WRITE_FILE | _TRUNCATE  # all a device node takes
-        rules = [(path, writes) for path in policy.writable] if writes else []
-        rules += [(path, file_rights) for path in (*nodes, *_OWN_PROC)] if writes else []
+        rules = [(path, writes) for path in policy.writable] + [(path, file_rights) for path in (*nodes, *_OWN_PROC)]
         rules += [(path, _READ_FILE) for path in reads or ()]
         for path, rights in rules:
             try:
