@@ -14,6 +14,8 @@ import pytest
 from tests.llm_replay_server import loopback_only
 
 ROOT = Path(__file__).resolve().parents[1]
+#: A test's child Python: the checkout first, then the path this process was given (a device's numpy, carried).
+PYTHONPATH = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
 PROBLEMS = ROOT / "problems"
 #: KernelBench's problem files (read in place, never copied; KEVO_KERNELBENCH names another place, a GPU
 #: machine's carried copy): tests that need them skip without.

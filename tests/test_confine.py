@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import PROBLEMS, ROOT, SMALL_SHAPES
+from tests.conftest import PROBLEMS, PYTHONPATH, ROOT, SMALL_SHAPES
 
 from fitness import EvalSettings, Status
 from fitness.boundary import confine
@@ -261,7 +261,7 @@ def run_confined(policy_dirs: list[str], script: str, *args: str, patch: str = "
                      f"import runpy, sys\n"
                      f"ns = runpy.run_path({confine.__file__!r}, run_name='kevo_confine')['main'].__globals__\n"
                      f"{patch}\nns['main'](sys.argv[1:])", policy, "--"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TRITON_INTERPRET": "1"}
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH, "TRITON_INTERPRET": "1"}
     done = subprocess.run([*bootstrap, sys.executable, "-c", script, *args], cwd=policy_dirs[0], env=env,
                           capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]

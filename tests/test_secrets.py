@@ -23,7 +23,7 @@ import textwrap
 
 import pytest
 
-from tests.conftest import PROBLEMS, ROOT, SMALL_SHAPES
+from tests.conftest import PROBLEMS, PYTHONPATH, ROOT, SMALL_SHAPES
 
 from fitness.boundary import confine
 
@@ -109,7 +109,7 @@ def planted(tmp_path):
     (problem / "notes.txt").write_text(f"OPENAI_API_KEY={key}\n")
     dotenv = ROOT / f".env.kevo-test-{os.getpid()}"
     dotenv.write_text(f"OPENAI_API_KEY={key}\n")
-    env = {**os.environ, "OPENAI_API_KEY": key, "HOME": str(home), "PYTHONPATH": str(ROOT),
+    env = {**os.environ, "OPENAI_API_KEY": key, "HOME": str(home), "PYTHONPATH": PYTHONPATH,
            "TRITON_INTERPRET": "1"}
     try:
         yield key, env, [str(dotenv), str(problem / "notes.txt"), str(home / ".netrc")]
