@@ -655,7 +655,8 @@ def test_profile_candidate_runs_the_target_under_the_profiler(tmp_path, monkeypa
     from fitness.boundary import confine
 
     program = command.index("--") + 1  # the target program, run as a worker is (tests/test_secrets.py)
-    assert command[1:3] == ["-I", confine.__file__] and command[program + 1:program + 3] == ["-m", "fitness.profiling.target"]
+    assert command[1:3] == ["-I", confine.__file__]
+    assert command[program + 1:program + 3] == ["-m", "fitness.profiling.target"]
     policy = confine.Policy.from_json(command[3])
     assert not policy.network and policy.ports == profiler.ports == ()
     assert str(PROBLEMS / "elementwise" / "reference.py") in policy.readable

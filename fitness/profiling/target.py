@@ -9,7 +9,8 @@ timed ones saw. Warm-up forwards (compilation, autotuning) come first; the
 ``--runs`` measured forwards follow, inside the profiler API region when
 ``--region`` is given, and the device is synchronised after them. It is run
 by ``fitness.profiling.candidate.profile_candidate`` under the sandbox's scrubbed
-environment, confined as a worker is (``fitness.profiling.candidate.confined``). Exit status: 0 done, 1 the candidate failed, 2 unusable input.
+environment, confined as a worker is (``fitness.profiling.candidate.confined``).
+Exit status: 0 done, 1 the candidate failed, 2 unusable input.
 
 With ``--gate DIR`` the program runs work on the device only when let: once its
 imports are done, the candidate is loaded (host work, seconds) and its device
