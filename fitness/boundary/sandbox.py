@@ -75,6 +75,19 @@ def worker_environment(base: dict[str, str], extra: dict[str, str]) -> dict[str,
     return env
 
 
+def in_scratch(env: dict[str, str], scratch: str) -> dict[str, str]:
+    """``env`` with a confined program's temporary files in its ``scratch`` directory, no bytecode written next
+    to the libraries, and its compile caches there too, so that none is another's
+    (``fitness.worker.harness.Harness.use_cache``)."""
+    return dict(env, TMPDIR=scratch, PYTHONDONTWRITEBYTECODE="1",
+                **{name: os.path.join(scratch, folder) for name, folder in OWN_CACHES.items()})
+
+
+def confined_argv(policy: confine.Policy, program: list[str]) -> list[str]:
+    """The command that runs ``program`` confined to ``policy`` (``fitness.boundary.confine``'s bootstrap)."""
+    return [sys.executable, "-I", confine.__file__, policy.to_json(), "--", *program]
+
+
 def worker_policy(scratch: str, spill: str, env: dict[str, str]) -> confine.Policy:
     """What a worker started with ``env`` may write and read (``fitness.boundary.confine``): it
     writes its ``scratch`` and ``spill`` directories and the compile caches; it reads all but
@@ -194,11 +207,7 @@ class WorkerProcess:
         self._remove_files = weakref.finalize(self, _remove, self.workdir, self.spill_dir)
         self.log_path = os.path.join(self.workdir, "worker.log")
         self.log = open(self.log_path, "wb")
-        env = worker_environment(dict(os.environ), env_extra)
-        # its temporary files in its scratch directory; no bytecode written next to the libraries; its compile
-        # caches there too, so that none is another's (fitness.worker.harness.Harness.use_cache)
-        env.update(TMPDIR=self.workdir, PYTHONDONTWRITEBYTECODE="1",
-                   **{name: os.path.join(self.workdir, folder) for name, folder in OWN_CACHES.items()})
+        env = in_scratch(worker_environment(dict(os.environ), env_extra), self.workdir)
         self.policy = policy = worker_policy(self.workdir, self.spill_dir, env)
         for path in policy.writable[2:]:
             try:
@@ -207,9 +216,8 @@ class WorkerProcess:
                 pass  # not ours to make: the worker cannot write there
         parent_read, child_write = os.pipe()
         child_read, parent_write = os.pipe()
-        argv = [sys.executable, "-I", confine.__file__, policy.to_json(), "--",
-                sys.executable, "-m", "fitness.worker", str(child_read), str(child_write),
-                platform_name, str(index), str(memory_limit), self.spill_dir, self.workdir]
+        argv = confined_argv(policy, [sys.executable, "-m", "fitness.worker", str(child_read), str(child_write),
+                                      platform_name, str(index), str(memory_limit), self.spill_dir, self.workdir])
         self.process = subprocess.Popen(
             argv,
             pass_fds=(child_read, child_write),

@@ -37,8 +37,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
-from fitness.boundary import confine
-from fitness.boundary.sandbox import OWN_CACHES, process_alive, worker_environment, worker_policy
+from fitness.boundary.sandbox import confined_argv, in_scratch, process_alive, worker_environment, worker_policy
 from fitness.problems.problem import ProblemError, load_problem
 from fitness.profiling.shape import (MIN_BLOCKS_PER_UNIT, PROFILE_MAX_BYTES, ProfileShape, grown, meta_forward,
                                      profile_shape)
@@ -293,12 +292,11 @@ def confined(command: list[str], env: dict[str, str], folder: str, problem_path:
     (``fitness.boundary.confine``) to the worker's reads (and the problem file), writes to its temporary files and
     compile caches in ``folder``; in the network it shares with the profiler, TCP only on the profiler's
     ``ports`` (where ncu's front end and the library it puts in the program talk)."""
-    env = dict(env, TMPDIR=folder, PYTHONDONTWRITEBYTECODE="1",
-               **{name: os.path.join(folder, cache) for name, cache in OWN_CACHES.items()})
+    env = in_scratch(env, folder)
     policy = worker_policy(folder, folder, env)
     policy = dataclasses.replace(policy, readable=(*policy.readable, str(Path(problem_path).resolve())),
                                  network=False, ports=ports)
-    return [sys.executable, "-I", confine.__file__, policy.to_json(), "--", *command], env
+    return confined_argv(policy, command), env
 
 
 class _Gatekeeper:
